@@ -1,0 +1,3 @@
+"""Loom: an ahead-of-time compiler and packager for Loom GPU kernel programs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,217 @@
+"""The core IR: values with use lists, operations, regions, modules.
+
+Loom v1 has no block labels, so a region is exactly one block: `Region`
+carries the block arguments and the op list directly. An operation refers to
+its declaration (`OpDef`), which gives it meaning; the operation itself is
+plain data: operands, results, attributes, regions, a location and the
+comments attached to it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from loomcli.ir.attrs import Pred
+from loomcli.ir.types import Type
+
+if TYPE_CHECKING:
+    from loomcli.ir.ops import OpDef
+
+Loc = tuple[int, int]  # (line, column), both 1-based; (0, 0) when unknown
+
+
+class Value:
+    """An SSA value. `uses` lists (operation, operand index) pairs."""
+
+    __slots__ = ("name", "type", "uses", "loc")
+
+    def __init__(self, name: str, type: Type, loc: Loc = (0, 0)) -> None:
+        self.name = name
+        self.type = type
+        self.uses: list[tuple[Operation, int]] = []
+        self.loc = loc
+
+    def replace_all_uses_with(self, other: "Value") -> None:
+        for op, i in self.uses:
+            op.operands[i] = other
+            other.uses.append((op, i))
+        self.uses = []
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+class OpResult(Value):
+    __slots__ = ("op", "index")
+
+    def __init__(self, name: str, type: Type, op: "Operation", index: int, loc: Loc = (0, 0)) -> None:
+        super().__init__(name, type, loc)
+        self.op = op
+        self.index = index
+
+
+class BlockArgument(Value):
+    """An argument of a region: a signature argument, loop IV, carried value."""
+
+    __slots__ = ("region", "index")
+
+    def __init__(self, name: str, type: Type, region: "Region | None", index: int, loc: Loc = (0, 0)) -> None:
+        super().__init__(name, type, loc)
+        self.region = region
+        self.index = index
+
+
+class LocalName(Value):
+    """A name bound by a declaration without a body (`config.decl`'s subject,
+    a `kernel.decl` signature argument); only types and predicates refer to it."""
+
+    __slots__ = ()
+
+
+class Signature:
+    """`(%a: T, ...) -> (R...) where [...]` of a symbol op.
+
+    For definitions the arguments are the block arguments of the region the
+    signature opens; for declarations they are `LocalName`s.
+    """
+
+    __slots__ = ("args", "results", "where")
+
+    def __init__(self, args: list[Value], results: list[Type] | None = None,
+                 where: list[Pred] | None = None) -> None:
+        self.args = args
+        self.results = results or []
+        self.where = where  # None: no `where` written
+
+    @property
+    def arg_types(self) -> list[Type]:
+        return [a.type for a in self.args]
+
+
+class Region:
+    """A region: one block of block arguments and operations."""
+
+    __slots__ = ("args", "ops", "owner", "end_loc")
+
+    def __init__(self, owner: "Operation | None" = None) -> None:
+        self.args: list[Value] = []
+        self.ops: list[Operation] = []
+        self.owner = owner
+        self.end_loc: Loc = (0, 0)  # the closing `}`, for diagnostics
+
+    def append(self, op: "Operation") -> "Operation":
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+    @property
+    def terminator(self) -> "Operation | None":
+        return self.ops[-1] if self.ops else None
+
+
+class Operation:
+    """One operation. Attributes are keyed by the names its `OpDef` declares."""
+
+    __slots__ = ("opdef", "operands", "results", "attrs", "regions", "loc", "comments",
+                 "parent", "operand_locs", "written_types", "attr_locs")
+
+    def __init__(self, opdef: "OpDef", operands: list[Value] | None = None,
+                 result_types: list[Type] | None = None, attrs: dict[str, Any] | None = None,
+                 loc: Loc = (0, 0)) -> None:
+        self.opdef = opdef
+        self.operands: list[Value] = []
+        self.results: list[OpResult] = []
+        self.attrs: dict[str, Any] = attrs if attrs is not None else {}
+        self.regions: list[Region] = []
+        self.loc = loc
+        self.comments: list[str] = []
+        self.parent: Region | None = None
+        # Source locations of operand tokens, for diagnostics; None when built in code.
+        self.operand_locs: list[Loc] | None = None
+        # Types the text wrote for operands (parallel to operands, None where
+        # the text gives none); checked by the verifier, never printed.
+        self.written_types: list[Type | None] | None = None
+        # Source locations of attribute tokens (by attribute name), for diagnostics.
+        self.attr_locs: dict[str, Loc] | None = None
+        for v in operands or ():
+            self.add_operand(v)
+        for t in result_types or ():
+            self.add_result(t)
+
+    @property
+    def name(self) -> str:
+        return self.opdef.name
+
+    def add_operand(self, v: Value) -> None:
+        v.uses.append((self, len(self.operands)))
+        self.operands.append(v)
+
+    def add_result(self, t: Type, name: str = "", loc: Loc = (0, 0)) -> OpResult:
+        r = OpResult(name, t, self, len(self.results), loc)
+        self.results.append(r)
+        return r
+
+    def loc_of(self, attr: str) -> Loc:
+        """Location of an attribute's token, else of the op name."""
+        if self.attr_locs and attr in self.attr_locs:
+            return self.attr_locs[attr]
+        return self.loc
+
+    def operand_loc(self, i: int) -> Loc:
+        if self.operand_locs and i < len(self.operand_locs):
+            return self.operand_locs[i]
+        return self.loc
+
+    def add_region(self) -> Region:
+        r = Region(self)
+        self.regions.append(r)
+        return r
+
+    def drop_operand_uses(self) -> None:
+        for i, v in enumerate(self.operands):
+            try:
+                v.uses.remove((self, i))
+            except ValueError:
+                pass
+
+    @property
+    def symbol(self) -> str | None:
+        return self.attrs.get("sym")
+
+    def walk(self) -> Iterator["Operation"]:
+        """Pre-order walk of this op and everything nested in it."""
+        stack = [self]
+        while stack:
+            op = stack.pop()
+            yield op
+            for region in reversed(op.regions):
+                stack.extend(reversed(region.ops))
+
+    @property
+    def parent_op(self) -> "Operation | None":
+        return self.parent.owner if self.parent is not None else None
+
+    def __repr__(self) -> str:
+        return f"<op {self.opdef.name} at {self.loc[0]}:{self.loc[1]}>"
+
+
+class Module:
+    """A `.loom` file: a flat list of top-level ops plus trailing comments."""
+
+    __slots__ = ("body", "path", "end_comments")
+
+    def __init__(self, path: str = "<memory>") -> None:
+        self.body = Region(None)
+        self.path = path
+        self.end_comments: list[str] = []
+
+    @property
+    def ops(self) -> list[Operation]:
+        return self.body.ops
+
+    def walk(self) -> Iterator[Operation]:
+        for op in self.body.ops:
+            yield from op.walk()
+
+    def symbols(self) -> dict[str, Operation]:
+        return {op.attrs["sym"]: op for op in self.body.ops if "sym" in op.attrs}

@@ -1,0 +1,95 @@
+"""The Loom lexer (LANGUAGE.md section 2 and section 17 items 1-4).
+
+One compiled regular expression splits the whole text; the token stream is
+kept as three parallel lists (kinds, texts, offsets), which is much cheaper in
+Python than a token object per token. Comments are collected apart, with their
+offsets, for the parser to attach to ops.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+# Token kinds.
+COMMENT, SHAPE, SSA, SYM, HASH, FLOAT, INT, IDENT, NEGIDENT, STRING, PUNCT, INVALID, EOF = range(1, 14)
+
+KIND_NAMES = {
+    SHAPE: "type", SSA: "value", SYM: "symbol", HASH: "hash name", FLOAT: "float", INT: "integer",
+    IDENT: "identifier", NEGIDENT: "identifier", STRING: "string", PUNCT: "punctuation",
+    INVALID: "invalid token", EOF: "end of file",
+}
+
+_NAME_TAIL = r"(?:[A-Za-z0-9_$]|-(?!>))*"
+_TOKEN_RE = re.compile(
+    r"[ \t\n]*(?:"
+    r"(//[^\n]*)"                                                   # 1 comment
+    r"|((?:view|tensor|vector)<[^>]*>?)"                            # 2 shaped type
+    r"|(%(?:[A-Za-z_$]" + _NAME_TAIL + r"|[0-9]+))"                 # 3 SSA name
+    r"|(@[A-Za-z_$](?:[A-Za-z0-9_$.]|-(?!>))*)"                     # 4 symbol
+    r"|(\#[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"                      # 5 hash name
+    r"|(-?(?:[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+))"  # 6 float
+    r"|(-?(?:0[xX][0-9A-Fa-f]+|[0-9]+))"                            # 7 integer
+    r"|([A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"                        # 8 identifier
+    r"|(-[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"                       # 9 `-inf`, `-nan`
+    r"|(\"(?:[^\"\\\x00-\x1f\x7f]|\\.)*\")"                         # 10 string
+    r"|(->|[()\[\]{}<>=:,|])"                                       # 11 punctuation
+    r"|([^ \t\n])"                                                  # 12 anything else
+    r")",
+    re.S,
+)
+
+
+class Tokens:
+    """The token stream of one source text."""
+
+    __slots__ = ("text", "kinds", "texts", "starts", "comments", "comment_starts", "_line_starts")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.kinds: list[int] = []
+        self.texts: list[str] = []
+        self.starts: list[int] = []
+        self.comments: list[str] = []
+        self.comment_starts: list[int] = []
+        self._line_starts: list[int] | None = None
+
+    def loc(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column in code points) of a text offset."""
+        if self._line_starts is None:
+            starts = [0]
+            find = self.text.find
+            i = find("\n")
+            while i >= 0:
+                starts.append(i + 1)
+                i = find("\n", i + 1)
+            self._line_starts = starts
+        line = bisect.bisect_right(self._line_starts, offset)
+        return line, offset - self._line_starts[line - 1] + 1
+
+
+def tokenize(text: str) -> Tokens:
+    """Split `text` (CR already removed) into tokens; never raises.
+
+    Invalid characters become INVALID tokens: the parser reports PARSE/004
+    when it reaches one, which keeps "the first syntax error stops" simple.
+    """
+    toks = Tokens(text)
+    kinds, texts, starts = toks.kinds, toks.texts, toks.starts
+    end = len(text.rstrip(" \t\n"))
+    for m in _TOKEN_RE.finditer(text, 0, end):
+        k = m.lastindex
+        if k is None:
+            break
+        s = m.group(k)
+        if k == COMMENT:
+            toks.comments.append(s[2:].removeprefix(" ").rstrip(" \t"))
+            toks.comment_starts.append(m.start(k))
+            continue
+        kinds.append(k)
+        texts.append(s)
+        starts.append(m.start(k))
+    kinds.append(EOF)
+    texts.append("")
+    starts.append(len(text))
+    return toks

@@ -1,0 +1,165 @@
+"""The canonical printer (LANGUAGE.md section 4 and section 17 items 3-7).
+
+Op text comes from each op's format directives; this module owns layout:
+indentation, blank lines, comments, elided terminators and the spelling of
+literals.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, SymbolRef
+from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.types import ShapedType, Type
+
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def quote(s: str) -> str:
+    out = []
+    for c in s:
+        e = _SHORT_ESCAPES.get(c)
+        if e is not None:
+            out.append(e)
+        elif c < " " or c == "\x7f":
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def format_float(x: float) -> str:
+    if math.isnan(x):
+        return "nan"
+    return repr(x)
+
+
+def is_elided(op: Operation) -> bool:
+    """Operand-free `scf.yield` and every `command.yield` are not printed."""
+    name = op.opdef.name
+    return name == "command.yield" or (name == "scf.yield" and not op.operands)
+
+
+class Printer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.cur = ""
+        self.indent = ""
+
+    # ---- primitives used by directives
+
+    def word(self, text: str) -> None:
+        self.cur += " " + text
+
+    def glue(self, text: str) -> None:
+        self.cur += text
+
+    @staticmethod
+    def value(v: Value) -> str:
+        return "%" + v.name
+
+    @staticmethod
+    def type(t: Type) -> str:
+        if isinstance(t, ShapedType):
+            parts = [str(d) if isinstance(d, int) else f"[%{d.name}]" for d in t.dims]
+            return f"{t.name}<{'x'.join(parts)}x{t.elem.name}>"
+        return t.name
+
+    def literal(self, v: Any) -> str:
+        if v is True:
+            return "true"
+        if v is False:
+            return "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return format_float(v)
+        if isinstance(v, str):
+            return quote(v)
+        return self.attribute(v)
+
+    def attribute(self, v: Any) -> str:
+        if isinstance(v, (bool, int, float, str)):
+            return self.literal(v)
+        if isinstance(v, Ident):
+            return v.text
+        if isinstance(v, SymbolRef):
+            return "@" + v.name
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(self.attribute(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return self.dictionary(v)
+        if isinstance(v, HashAttr):
+            if not v.params:
+                return "#" + v.name
+            parts = [f"{p.key}={self.attribute(p.value)}" if isinstance(p, KeyParam) else self.attribute(p)
+                     for p in v.params]
+            return f"#{v.name}<{', '.join(parts)}>"
+        raise TypeError(f"cannot print attribute {v!r}")
+
+    def dictionary(self, d: dict[str, Any]) -> str:
+        keys = sorted(d, key=lambda k: k.encode())
+        return "{" + ", ".join(f"{k} = {self.attribute(d[k])}" for k in keys) + "}"
+
+    def preds(self, preds: list[Pred]) -> str:
+        parts = []
+        for p in preds:
+            args = [self.value(a) if isinstance(a, Value) else str(a) for a in p.args]
+            parts.append(f"{p.name}({', '.join(args)})")
+        return "[" + ", ".join(parts) + "]"
+
+    def region_is_trivial(self, region: Region) -> bool:
+        return all(is_elided(op) and not op.comments for op in region.ops)
+
+    def region(self, op: Operation, index: int) -> None:
+        region = op.regions[index]
+        self.cur += " {"
+        self.lines.append(self.cur)
+        outer = self.indent
+        self.indent = outer + "  "
+        for inner in region.ops:
+            if is_elided(inner):
+                self._comments(inner.comments)
+            else:
+                self.op(inner)
+        self.indent = outer
+        self.cur = outer + "}"
+
+    # ---- layout
+
+    def _comments(self, comments: list[str]) -> None:
+        for c in comments:
+            self.lines.append(f"{self.indent}// {c}" if c else f"{self.indent}//")
+
+    def op(self, op: Operation) -> None:
+        self._comments(op.comments)
+        if op.results:
+            self.cur = self.indent + ", ".join("%" + r.name for r in op.results) + " = " + op.opdef.name
+        else:
+            self.cur = self.indent + op.opdef.name
+        for directive in op.opdef.format:
+            directive.print(self, op)
+        self.lines.append(self.cur)
+        self.cur = ""
+
+    def module(self, module: Module) -> str:
+        first = True
+        for op in module.ops:
+            if not first and op.opdef.name != "module.import":
+                self.lines.append("")
+            first = False
+            self.op(op)
+        self._comments(module.end_comments)
+        return "\n".join(self.lines) + "\n" if self.lines else ""
+
+
+def print_module(module: Module) -> str:
+    return Printer().module(module)
+
+
+def print_op(op: Operation) -> str:
+    p = Printer()
+    p.op(op)
+    return "\n".join(p.lines)
