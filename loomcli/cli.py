@@ -1,0 +1,79 @@
+"""The `loom` command line: a thin click shell over the Python API.
+
+Subcommands are registered by module path and imported only when invoked,
+so `loom --help` and `loom --version` stay fast and never import LLVM or rich.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from loomcli import __version__
+
+# name -> "module:function"; the module is imported only when the command runs.
+COMMANDS: dict[str, str] = {
+    "fmt": "loomcli.commands.fmt:fmt",
+}
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        import importlib
+
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing short help would import every command; the summaries live here instead.
+        rows = [(name, SUMMARIES.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+SUMMARIES = {
+    "fmt": "Check, rewrite or convert Loom text and bytecode.",
+}
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    args = ctx.obj if isinstance(ctx.obj, list) else sys.argv[1:]
+    as_json = "--json" in args
+    if as_json:
+        click.echo(json.dumps({"name": "loom", "version": __version__,
+                               "python": ".".join(map(str, sys.version_info[:3]))}))
+    else:
+        click.echo(f"loom {__version__}")
+    ctx.exit(0)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the version and exit (add --json for machines).")
+@click.option("--json", "_json", is_flag=True, hidden=True)
+def cli(_json: bool) -> None:
+    """Loom: ahead-of-time compiler and packager for Loom GPU kernel programs."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: maps failures to the exit codes of TOOLCHAIN.md section 5."""
+    from loomcli.driver import run_cli
+
+    return run_cli(cli, argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

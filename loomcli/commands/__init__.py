@@ -1,0 +1,1 @@
+"""One module per `loom` subcommand; each is imported only when it runs."""

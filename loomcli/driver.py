@@ -1,0 +1,135 @@
+"""Driver plumbing shared by commands: options, diagnostics output, exit codes.
+
+Exit codes (TOOLCHAIN.md section 5): 0 success; 1 the input failed to
+compile; 2 usage error; 3 environment or infrastructure failure. A traceback
+is never the interface: internal errors print one line (LOOM_DEBUG=1 shows
+the details).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import Any, Callable
+
+import click
+
+from loomcli.diagnostics import CompileError, Diagnostic
+
+EXIT_OK, EXIT_COMPILE, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
+
+
+class LoomError(Exception):
+    """A driver-level failure printed as `loom: error: ...`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ENV) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class UsageError(LoomError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+def diagnostics_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every command shares: --diagnostics, -q, -v."""
+    f = click.option("--diagnostics", "diagnostics_format", type=click.Choice(["text", "json"]), default="text",
+                     show_default=True, help="How diagnostics are printed (to stderr).")(f)
+    f = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")(f)
+    f = click.option("-v", "--verbose", is_flag=True, help="Say what is being done.")(f)
+    return f
+
+
+class DiagnosticPrinter:
+    """Prints diagnostics with their source lines; sources are read once, on demand."""
+
+    def __init__(self, fmt: str = "text") -> None:
+        self.fmt = fmt
+        self.sources: dict[str, str | None] = {}
+
+    def remember(self, path: str, text: str) -> None:
+        self.sources[path] = text
+
+    def _source(self, path: str) -> str | None:
+        if path not in self.sources:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                self.sources[path] = None if data.startswith(b"LOOMBC") else data.decode("utf-8", "replace")
+            except OSError:
+                self.sources[path] = None
+        return self.sources[path]
+
+    def emit(self, diags: list[Diagnostic]) -> None:
+        for d in diags:
+            if self.fmt == "json":
+                click.echo(d.to_json(), err=True)
+            else:
+                click.echo(d.render(self._source(d.file)), err=True)
+
+
+def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
+    """Write `data` to `path` through a temporary file in the same folder and a
+    rename, so a failure or a kill never leaves a partial or stale output."""
+    if path == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".loom-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def run_cli(group: click.Group, argv: list[str] | None) -> Any:
+    debug = os.environ.get("LOOM_DEBUG") not in (None, "", "0")
+    try:
+        rv = group.main(args=argv, prog_name="loom", standalone_mode=False,
+                        obj=list(argv if argv is not None else sys.argv[1:]))
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:  # usage errors: bad flags, missing arguments
+        e.show()
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Abort:
+        click.echo("loom: error: interrupted", err=True)
+        sys.exit(130)
+    except CompileError as e:
+        DiagnosticPrinter().emit(e.diagnostics)
+        sys.exit(EXIT_COMPILE)
+    except LoomError as e:
+        click.echo(f"loom: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("loom: error: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(EXIT_OK)
+    except OSError as e:
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        click.echo(f"loom: error: {e.strerror or e}{where}", err=True)
+        sys.exit(EXIT_ENV)
+    except Exception as e:  # an internal error: one line, details on request
+        if debug:
+            raise
+        click.echo(f"loom: error: internal: {type(e).__name__}: {e} (run with LOOM_DEBUG=1 for details)", err=True)
+        sys.exit(EXIT_ENV)
+    if isinstance(rv, int):
+        sys.exit(rv)
+    sys.exit(EXIT_OK)
