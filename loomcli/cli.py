@@ -16,7 +16,9 @@ from loomcli import __version__
 
 # name -> "module:function"; the module is imported only when the command runs.
 COMMANDS: dict[str, str] = {
+    "compile": "loomcli.commands.compile:compile",
     "fmt": "loomcli.commands.fmt:fmt",
+    "link": "loomcli.commands.link:link",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -43,7 +45,9 @@ class LazyGroup(click.Group):
 
 
 SUMMARIES = {
+    "compile": "Compile a module: link, bind config, select templates, run passes.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",
+    "link": "Link modules against libraries into one module.",
 }
 
 

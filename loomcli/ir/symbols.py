@@ -1,0 +1,53 @@
+"""Symbol references: which attributes name other symbols, and renaming them.
+
+Top-level ops refer to each other only through these attributes, so linking,
+dead-symbol removal and renaming need no other knowledge of op semantics.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from loomcli.ir.core import Operation
+
+# Attributes holding one symbol name (without `@`).
+REF_ATTRS = ("callee", "family", "ref", "case", "target")
+
+DEFINITIONS = frozenset({"func.def", "template.def", "kernel.def", "command.program.def", "config.def",
+                         "check.case", "check.benchmark", "amdgpu.target", "spirv.target"})
+# Declarations that a definition in another input replaces when linked.
+RESOLVABLE = {"func.decl": "func.def", "kernel.decl": "kernel.def",
+              "command.program.decl": "command.program.def", "config.decl": "config.def"}
+
+
+def references(op: Operation) -> Iterator[tuple[Operation, str, str]]:
+    """(op, attribute, symbol) for every symbol reference in `op` and its regions."""
+    for inner in op.walk():
+        attrs = inner.attrs
+        for key in REF_ATTRS:
+            name = attrs.get(key)
+            if name is not None and (key != "family" or inner.name in ("template.apply", "template.def")):
+                yield inner, key, name
+        if inner.name == "module.import":
+            for name in attrs.get("symbols", ()):
+                yield inner, "symbols", name
+
+
+def referenced_symbols(op: Operation) -> list[str]:
+    """Symbols `op` refers to, in first-reference order, without repeats."""
+    seen: dict[str, None] = {}
+    for _, _, name in references(op):
+        seen.setdefault(name, None)
+    return list(seen)
+
+
+def rename_references(op: Operation, renames: dict[str, str]) -> None:
+    """Rewrite symbol references inside `op` (not its own `sym`)."""
+    for inner, key, name in list(references(op)):
+        new = renames.get(name)
+        if new is None:
+            continue
+        if key == "symbols":
+            inner.attrs["symbols"] = tuple(renames.get(s, s) for s in inner.attrs["symbols"])
+        else:
+            inner.attrs[key] = new

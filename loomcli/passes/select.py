@@ -1,0 +1,302 @@
+"""Template selection (LANGUAGE.md section 10 and section 17 items 17-21).
+
+Every reachable `template.apply<@fam>` weighs each `template.def<@fam>`:
+convention and `target(@t)`, `requires`, then its `where` predicates with the
+apply's operands in place of the provider's arguments, judged with the facts
+at the apply. Proven candidates compete by priority; a tie is LINK/005; no
+proven candidate is LINK/006 in final mode (early mode leaves the apply
+open); an unknown candidate that could outrank the winner keeps early
+selection open and draws LINK/008 in final mode. A decided apply becomes
+`template.call @winner`.
+
+Decisions are recorded per apply site, in pre-order text order: they are the
+semantic classes the product frontier builds on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from loomcli.diagnostics import Diagnostic
+from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM
+from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
+from loomcli.targets.profiles import Profile
+
+HOST_SITES = (K_CFG, PROGRAM, CASE, F_HOST)
+DEVICE_SITES = (K_BODY, F_DEV)
+
+Folder = Callable[[Operation, list[Any]], "list[Any] | None"]
+
+
+@dataclass
+class Candidate:
+    provider: str
+    priority: int
+    status: str
+    why: str = ""
+
+
+@dataclass
+class Decision:
+    """One apply site: where it is, what it weighed, what it chose."""
+
+    symbol: str                 # the top-level symbol containing the site
+    path: tuple[int, ...]       # op indices from the symbol's regions down to the apply
+    family: str
+    winner: str | None
+    open: bool
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def describe(self) -> str:
+        site = ".".join(map(str, self.path))
+        choice = f"@{self.winner}" if self.winner else "(open)"
+        weighed = ", ".join(f"@{c.provider}={c.status}" for c in self.candidates)
+        return f"@{self.symbol} site {site}: template.apply<@{self.family}> -> {choice} [{weighed}]"
+
+
+def _default_fold(op: Operation, operands: list[Any]) -> list[Any] | None:
+    if op.name in ("index.constant", "scalar.constant"):
+        return [op.attrs["value"]]
+    try:
+        from loomcli.passes.fold import fold_values  # the exact semantics, once available
+    except ImportError:  # pragma: no cover - fold lands with the canonicalizer
+        return None
+    return fold_values(op, operands)
+
+
+class Selector:
+    def __init__(self, module: Module, profile: Profile | None = None, mode: str = "final",
+                 fold: Folder | None = None, rewrite: bool = True) -> None:
+        self.module = module
+        self.profile = profile
+        self.mode = mode
+        self.fold = fold or _default_fold
+        self.rewrite = rewrite
+        self.symbols = module.symbols()
+        self.decisions: list[Decision] = []
+        self.diags: list[Diagnostic] = []
+        self._order: dict[Value, int] = {}
+        self._providers: dict[str, list[Operation]] = {}
+        for op in module.ops:
+            if op.name == "template.def":
+                self._providers.setdefault(op.attrs["family"], []).append(op)
+
+    # ------------------------------------------------------------ driver
+
+    def run(self, site_constants: dict[Value, Any] | None = None) -> list[Decision]:
+        for op in list(self.module.ops):
+            self.select_symbol(op, site_constants)
+        return self.decisions
+
+    def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
+        sym = op.attrs.get("sym", "")
+        profile = self._profile_of(op)
+        if op.name == "kernel.def":
+            regions = [(op.regions[0], K_CFG, op.attrs["sig"]), (op.regions[1], K_BODY, op.attrs["launch"])]
+        elif op.name in ("func.def", "template.def"):
+            ctx = {"device": F_DEV, "host": F_HOST}.get(op.attrs.get("convention"), F_ANY)
+            regions = [(op.regions[0], ctx, op.attrs["sig"])]
+        elif op.name == "command.program.def":
+            regions = [(op.regions[0], PROGRAM, op.attrs["launch"])]
+        elif op.name == "check.case":
+            regions = [(op.regions[0], CASE, None)]
+        else:
+            return
+        for index, (region, ctx, sig) in enumerate(regions):
+            facts = Facts(self._order_of)
+            for k, a in enumerate(region.args):
+                self._order[a] = k
+            if site_constants:
+                facts.constants.update({a: c for a, c in site_constants.items() if a in region.args})
+            if sig is not None and sig.where:
+                for p in sig.where:
+                    facts.add(p)
+            if op.name == "command.program.def" and op.attrs["sig"].where:
+                for p in op.attrs["sig"].where:
+                    facts.add(p)
+            self._walk(region, ctx, facts, sym, (index,), profile)
+
+    def _order_of(self, v: Value) -> int:
+        return self._order.get(v, 1 << 30)
+
+    def _profile_of(self, op: Operation) -> Profile | None:
+        pinned = op.attrs.get("target")
+        record = self.symbols.get(pinned) if pinned else None
+        if record is not None and record.name in ("amdgpu.target", "spirv.target"):
+            from loomcli.targets.profiles import parse_target
+
+            family = "amdgpu" if record.name == "amdgpu.target" else "spirv"
+            base = parse_target(f"{family}:{record.attrs['kind']}")
+            size = record.attrs.get("dict", {}).get("subgroup_size", base.subgroup_size)
+            return Profile(base.family, base.selector, size if isinstance(size, int) else base.subgroup_size)
+        return self.profile
+
+    # ------------------------------------------------------------ walking
+
+    def _walk(self, region: Region, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
+              profile: Profile | None) -> None:
+        for k, op in enumerate(list(region.ops)):
+            here = path + (k,)
+            for r in op.results:
+                self._order.setdefault(r, len(self._order))
+            name = op.name
+            if name == "template.apply":
+                self._select(op, ctx, facts, sym, here, profile)
+                continue
+            if name == "scf.if":
+                self._walk_if(op, ctx, facts, sym, here, profile)
+                continue
+            for i, inner in enumerate(op.regions):
+                for a in inner.args:
+                    self._order.setdefault(a, len(self._order))
+                self._walk(inner, ctx, facts.child(), sym, here + (i,), profile)
+            self._learn(op, facts, profile)
+
+    def _walk_if(self, op: Operation, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
+                 profile: Profile | None) -> None:
+        then_facts, else_facts = facts.child(), facts.child()
+        cond = op.operands[0] if op.operands else None
+        cmp = getattr(cond, "op", None)
+        if cmp is not None and cmp.name == "index.cmp" and len(cmp.operands) == 2:
+            a, b = cmp.operands
+            ca, cb = facts.constant(a), facts.constant(b)
+            if (ca is None) != (cb is None):
+                subject, c, left = (a, cb, False) if cb is not None else (b, ca, True)
+                then_iv, else_iv = branch_intervals(cmp.attrs["predicate"], c, left)
+                if then_iv:
+                    then_facts.narrow(subject, *then_iv)
+                if else_iv:
+                    else_facts.narrow(subject, *else_iv)
+        self._walk(op.regions[0], ctx, then_facts, sym, path + (0,), profile)
+        self._walk(op.regions[1], ctx, else_facts, sym, path + (1,), profile)
+
+    def _learn(self, op: Operation, facts: Facts, profile: Profile | None) -> None:
+        name = op.name
+        if name == "index.assume":
+            for p in op.attrs.get("preds", []):
+                subject = p.args[0]
+                if subject in op.operands:
+                    facts.add(p, op.results[op.operands.index(subject)])
+        elif name == "config.get":
+            target = self.symbols.get(op.attrs["ref"])
+            if target is not None and target.name == "config.def":
+                facts.constants[op.results[0]] = target.attrs["value"]
+            elif target is not None and target.attrs.get("sig") is not None:
+                sig = target.attrs["sig"]
+                for p in sig.where or []:
+                    facts.add(p, op.results[0],
+                              [op.results[0] if a is sig.args[0] else a for a in p.args])
+        elif name == "target.subgroup.size":
+            if profile is not None and profile.subgroup_size:
+                facts.constants[op.results[0]] = profile.subgroup_size
+        elif op.opdef.has("pure") and op.results and not op.regions:
+            values = [facts.constant(v) for v in op.operands]
+            if all(v is not None for v in values):
+                try:
+                    folded = self.fold(op, values)
+                except (ArithmeticError, ValueError, TypeError):
+                    folded = None
+                if folded is not None:
+                    for r, v in zip(op.results, folded):
+                        if v is not None:
+                            facts.constants[r] = v
+
+    # ------------------------------------------------------------ weighing
+
+    def _select(self, op: Operation, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
+                profile: Profile | None) -> None:
+        family = op.attrs["family"]
+        candidates = [self._weigh(p, op, ctx, facts, profile) for p in self._providers.get(family, [])]
+        proven = [c for c in candidates if c.status == PROVEN]
+        unknown = [c for c in candidates if c.status == UNKNOWN]
+        decision = Decision(sym, path, family, None, True, candidates)
+        self.decisions.append(decision)
+        if not proven:
+            if self.mode == "final" or not unknown:
+                why = "; ".join(f"@{c.provider} {c.status}{' (' + c.why + ')' if c.why else ''}"
+                                for c in candidates) or "the family has no providers"
+                self.diags.append(Diagnostic.make("LINK/006", self.module.path, op.loc, fam=family, why=why))
+            return
+        best = max(c.priority for c in proven)
+        top = [c for c in proven if c.priority == best]
+        if len({c.provider for c in top}) > 1:
+            self.diags.append(Diagnostic.make("LINK/005", self.module.path, op.loc, fam=family,
+                                              a=top[0].provider, b=top[1].provider, p=best))
+            return
+        winner = top[0].provider
+        rivals = [c for c in unknown if c.priority >= best]
+        if rivals and self.mode != "final":
+            return  # an unknown candidate could still win: selection stays open
+        for c in rivals:
+            self.diags.append(Diagnostic.make("LINK/008", self.module.path, op.loc, severity="warning",
+                                              fam=family, w=winner, u=c.provider))
+        decision.winner = winner
+        decision.open = False
+        if self.rewrite:
+            self._rewrite(op, winner)
+
+    def _weigh(self, provider: Operation, site: Operation, ctx: str, facts: Facts,
+               profile: Profile | None) -> Candidate:
+        name = provider.attrs["sym"]
+        c = Candidate(name, provider.attrs.get("priority", 0), PROVEN)
+        conv = provider.attrs.get("convention")
+        if (conv == "device" and ctx not in DEVICE_SITES) or (conv == "host" and ctx not in HOST_SITES):
+            c.status, c.why = REFUTED, f"{conv} provider at a {ctx} site"
+            return c
+        statuses: list[tuple[str, str]] = []
+        pinned = provider.attrs.get("target")
+        if pinned is not None:
+            record = self.symbols.get(pinned)
+            if profile is None:
+                statuses.append((UNKNOWN, f"target(@{pinned}) without a target"))
+            elif record is None or not profile.matches_record(record.attrs.get("kind", "")):
+                statuses.append((REFUTED, f"target(@{pinned})"))
+        for req in provider.attrs.get("requires", []):
+            want = req.params[0] if getattr(req, "params", None) else None
+            if profile is None or profile.subgroup_size is None:
+                statuses.append((UNKNOWN, f"requires subgroup size {want}"))
+            elif profile.subgroup_size != want:
+                statuses.append((REFUTED, f"requires subgroup size {want}"))
+        sig = provider.attrs["sig"]
+        mapping = dict(zip(sig.args, site.operands))
+        for p in sig.where or []:
+            args = [mapping.get(a, a) if isinstance(a, Value) else a for a in p.args]
+            status = facts.judge(p, args[0], args)
+            if status != PROVEN:
+                statuses.append((status, _pred_text(p)))
+        for status, why in statuses:
+            if status == REFUTED:
+                c.status, c.why = REFUTED, why
+                return c
+        if statuses:
+            c.status, c.why = UNKNOWN, statuses[0][1]
+        return c
+
+    def _rewrite(self, apply: Operation, winner: str) -> None:
+        call = Operation(OPS["template.call"], attrs={"callee": winner, "nworkload": 0}, loc=apply.loc)
+        call.comments = apply.comments
+        call.operand_locs = apply.operand_locs
+        for v in apply.operands:
+            call.add_operand(v)
+        apply.drop_operand_uses()
+        for r in apply.results:
+            r.replace_all_uses_with(call.add_result(r.type, r.name, r.loc))
+        region = apply.parent
+        assert region is not None
+        region.ops[region.ops.index(apply)] = call
+        call.parent = region
+
+
+def _pred_text(p: Any) -> str:
+    args = ["%" + a.name if isinstance(a, Value) else str(a) for a in p.args]
+    return f"{p.name}({', '.join(args)})"
+
+
+def select_templates(module: Module, profile: Profile | None = None, mode: str = "final",
+                     rewrite: bool = True) -> tuple[list[Decision], list[Diagnostic]]:
+    """Run selection over every body of `module`; returns decisions and diagnostics."""
+    s = Selector(module, profile, mode, rewrite=rewrite)
+    s.run()
+    return s.decisions, s.diags

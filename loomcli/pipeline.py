@@ -1,0 +1,177 @@
+"""The middle of the compiler as plain Python calls: link, bind, select, passes.
+
+Commands are thin shells over these functions; a build (and later its
+workers) calls them directly. Every function raises `CompileError` for
+input errors and returns warnings alongside its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from loomcli.diagnostics import CompileError, Diagnostic, has_errors
+from loomcli.ir.core import Module
+from loomcli.link.config import BindingCollector, ConfigBindings, bind_module
+from loomcli.link.index import LinkIndex
+from loomcli.link.linker import LinkResult, link
+from loomcli.targets.profiles import Profile
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    inputs: Sequence[str]
+    libraries: Sequence[str] = ()
+    roots: Sequence[str] = ()
+    mode: str = "auto"
+    include_exports: bool = False
+    allow_unresolved: bool = False
+    require_resolved_config: bool = False
+    config: Sequence[str] = ()
+    config_files: Sequence[str] = ()
+    project_config: Mapping[str, Any] | None = None
+    project_path: str = "loom.toml"
+    strip_checks: bool = False
+
+
+@dataclass
+class Linked:
+    result: LinkResult
+    bindings: ConfigBindings
+    index: LinkIndex
+    warnings: list[Diagnostic] = field(default_factory=list)
+    files_read: list[str] = field(default_factory=list)
+
+    @property
+    def module(self) -> Module:
+        return self.result.module
+
+    @property
+    def plan(self) -> list[str]:
+        return self.result.plan
+
+
+def collect_bindings(options: LinkOptions, index: LinkIndex) -> ConfigBindings:
+    from loomcli.frontend import display_path
+
+    collector = BindingCollector()
+    collector.add_flags(options.config)
+    for path in options.config_files:
+        collector.add_file(path, display_path(path))
+    if options.project_config:
+        collector.add_project(options.project_config, options.project_path)
+    for item in index.inputs:
+        if any(s.op_name == "config.def" for s in item.symbols):
+            collector.add_module_defs(item.module())
+    if collector.diags:
+        raise CompileError(collector.diags)
+    return collector.result()
+
+
+def link_and_bind(options: LinkOptions, path: str = "<linked>", diagnostics_format: str = "text") -> Linked:
+    """Link the inputs, then apply every config binding (LANGUAGE.md 11-12)."""
+    index = LinkIndex.build(options.inputs, options.libraries)
+    result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved,
+                  path)
+    bindings = collect_bindings(options, index)
+    diags = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
+    if has_errors(diags):
+        raise CompileError(diags)
+    if options.strip_checks:
+        result.module.body.ops[:] = [op for op in result.module.ops
+                                     if op.name not in ("check.case", "check.benchmark")]
+    files = [item.path for item in index.inputs] + list(options.config_files)
+    return Linked(result, bindings, index, diags, files)
+
+
+def default_roots(index: LinkIndex) -> list[str]:
+    """Roots of `loom compile` when none are named: every exported kernel of the inputs."""
+    roots = []
+    for item in index.inputs:
+        if not item.library:
+            roots += ["@" + s.symbol for s in item.symbols if s.op_name == "kernel.def" and s.export is not None]
+    return roots
+
+
+def select(module: Module, profile: Profile | None) -> list[Diagnostic]:
+    """Template selection: final with a target, early (may stay open) without."""
+    from loomcli.passes.select import select_templates
+
+    _, diags = select_templates(module, profile, "final" if profile is not None else "early")
+    if has_errors(diags):
+        raise CompileError(diags)
+    return diags
+
+
+def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
+    """A gcc-compatible depfile: the first target is the output, then every file read."""
+    from loomcli.driver import atomic_write
+
+    def esc(p: str) -> str:
+        return p.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+
+    seen: dict[str, None] = {}
+    for d in deps:
+        seen.setdefault(d, None)
+    lines = [f"{esc(target)}:"] + [f" {esc(d)}" for d in seen]
+    atomic_write(path, (" \\\n".join(lines) + "\n").encode())
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    input: str
+    libraries: Sequence[str] = ()
+    roots: Sequence[str] = ()
+    config: Sequence[str] = ()
+    config_files: Sequence[str] = ()
+    pipeline: str = "default"
+    profile: Profile | None = None
+    require_resolved_config: bool = False
+    project_config: Mapping[str, Any] | None = None
+
+
+@dataclass
+class Compiled:
+    module: Module
+    decisions: list[Any]
+    warnings: list[Diagnostic]
+    files_read: list[str]
+
+
+def compile_module(options: CompileOptions) -> Compiled:
+    """Link the input's roots against the libraries, bind config, select
+    templates for the profile and run the pass pipeline."""
+    from loomcli.passes.select import select_templates
+
+    index = LinkIndex.build([options.input], options.libraries)
+    roots = list(options.roots) or default_roots(index)
+    link_options = LinkOptions(inputs=[options.input], libraries=options.libraries, roots=roots,
+                               mode="link" if roots else "merge", config=options.config,
+                               config_files=options.config_files, project_config=options.project_config,
+                               require_resolved_config=options.require_resolved_config)
+    result = link(index, roots, link_options.mode, path=_compiled_path(options.input))
+    bindings = collect_bindings(link_options, index)
+    warnings = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
+    if has_errors(warnings):
+        raise CompileError(warnings)
+    mode = "final" if options.profile is not None else "early"
+    decisions, diags = select_templates(result.module, options.profile, mode)
+    warnings += diags
+    if has_errors(diags):
+        raise CompileError(diags)
+    run_pipeline(result.module, options.pipeline, bindings=bindings, profile=options.profile)
+    files = [item.path for item in index.inputs] + list(options.config_files)
+    return Compiled(result.module, decisions, warnings, files)
+
+
+def _compiled_path(input_path: str) -> str:
+    from loomcli.frontend import display_path
+
+    return display_path(input_path)
+
+
+def run_pipeline(module: Module, text: str, **context: Any) -> None:
+    """Parse pipeline text and run it on `module` in place."""
+    from loomcli.passes.pipeline import parse_pipeline, run_passes  # noqa: F401  (lands with the passes)
+
+    run_passes(module, parse_pipeline(text), **context)
