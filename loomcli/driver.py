@@ -122,8 +122,10 @@ def run_cli(group: click.Group, argv: list[str] | None) -> Any:
     except BrokenPipeError:
         sys.exit(EXIT_OK)
     except OSError as e:
-        where = f": {e.filename}" if getattr(e, "filename", None) else ""
-        click.echo(f"loom: error: {e.strerror or e}{where}", err=True)
+        if getattr(e, "filename", None):
+            click.echo(f"loom: error: {e.filename}: {e.strerror or e}", err=True)
+        else:
+            click.echo(f"loom: error: {e.strerror or e}", err=True)
         sys.exit(EXIT_ENV)
     except Exception as e:  # an internal error: one line, details on request
         if debug:

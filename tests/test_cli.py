@@ -118,7 +118,6 @@ def test_hostile_inputs_never_trace(tmp_path: Path, content: bytes) -> None:
 
 
 @pytest.mark.parametrize("argv,code", [
-    (["fmt", "/nonexistent/x.loom"], 2),          # click rejects a missing path: usage
     (["fmt", "--check", "--in-place", "x"], 2),
     (["fmt", "a.loom", "b.loom"], 2),
     (["nosuchcommand"], 2),
@@ -129,6 +128,12 @@ def test_usage_errors_exit_2(tmp_path: Path, argv: list[str], code: int) -> None
     r = loom(*argv, cwd=tmp_path)
     assert r.returncode == code, r.stderr.decode()
     assert b"Traceback" not in r.stderr
+
+
+def test_missing_input_is_environment_error() -> None:
+    r = loom("fmt", "/nonexistent/x.loom")
+    assert r.returncode == 3
+    assert r.stderr.decode() == "loom: error: /nonexistent/x.loom: No such file or directory\n"
 
 
 def test_unreadable_output_folder_is_environment_error(tmp_path: Path) -> None:
