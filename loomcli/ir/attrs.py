@@ -62,6 +62,13 @@ class Pred:
     name: str
     args: list[PredArg]
     loc: tuple[int, int] | None = None
+    arg_locs: list[tuple[int, int]] | None = None  # per argument, when parsed from text
+
+    def arg_loc(self, i: int) -> tuple[int, int]:
+        """Where argument `i` was written, else where the predicate was."""
+        if self.arg_locs is not None and i < len(self.arg_locs):
+            return self.arg_locs[i]
+        return self.loc or (0, 0)
 
 
 # name -> number of arguments after the subject (LANGUAGE.md section 6).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from loomcli.ir.attrs import Ident
 from loomcli.ir.core import Signature
 from loomcli.ir.types import Type
 
@@ -52,7 +53,7 @@ class Kind(Directive):
         self.attr = attr
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        if not p.at_glued("<"):
+        if not p.at("<"):
             if not self.optional:
                 p.fail_expected("`<`")
             if self.flags:
@@ -60,18 +61,21 @@ class Kind(Directive):
             return
         p.advance()
         seen: list[str] = []
-        while True:
+        empty = self.flags and p.at(">")  # an empty `<>` is no flags (section 17.7)
+        while not empty:
             loc = p.offset
             word = p.expect_ident("a kind")
             if self.flags and word == "fast" and "reassoc" in self.words:
-                seen.extend(w for w in self.words)
+                seen.extend(self.words)
             elif word not in self.words:
                 p.fail("PARSE/007", loc, word=word, op=op.name)
             else:
                 seen.append(word)
-            if not self.flags or not p.at("|"):
+            if not p.at("|"):
                 break
             p.advance()
+            if not self.flags:  # section 17.14: ops with a kind take no flags
+                p.fail("PARSE/007", p.offset, word=p.text, op=op.name)
         p.expect(">")
         if self.flags:
             op.attrs[self.attr] = tuple(w for w in self.words if w in seen)
@@ -96,11 +100,11 @@ class SymKind(Directive):
         self.attr = attr
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        if not p.at_glued("<"):
+        if not p.at("<"):
             p.fail_expected("`<`")
         p.advance()
-        op.attrs[self.attr] = p.expect_symbol()
         p.record_loc(op, self.attr)
+        op.attrs[self.attr] = p.expect_symbol()
         p.expect(">")
 
     def print(self, pr: "Printer", op: "Operation") -> None:
@@ -146,7 +150,7 @@ class Operands(Directive):
 
     def parse(self, p: "Parser", op: "Operation") -> None:
         start = len(op.operands)
-        if p.at_ssa():
+        if p.at_ssa() and not p.at_results():  # `func.return` then `%x = …` on the next line
             p.parse_operand(op)
             while p.at(","):
                 p.advance()
@@ -240,7 +244,7 @@ class Indexed(Directive):
 
     def parse(self, p: "Parser", op: "Operation") -> None:
         p.parse_operand(op)
-        if not p.at_glued("["):
+        if not p.at("["):
             p.fail_expected("`[`")
         p.advance()
         template: list[int | None] = []
@@ -265,6 +269,13 @@ class Indexed(Directive):
         dynamic = iter(op.operands[start + 1:start + 1 + template.count(None)])
         parts = [pr.value(next(dynamic)) if t is None else str(t) for t in template]
         pr.word(f"{pr.value(op.operands[start])}[{', '.join(parts)}]")
+
+
+def _shown(value: object) -> str:
+    """An attribute value as the printer writes it, for messages."""
+    from loomcli.text.printer import Printer
+
+    return Printer().attribute(value)
 
 
 def _indexed_base(op: "Operation") -> int:
@@ -292,7 +303,7 @@ class KwParen(Directive):
                 p.fail("PARSE/007", p.offset, word=p.text, op=op.name)
             p.fail_expected(f"`{self.word}(`")
         p.advance()
-        if not p.at_glued("("):
+        if not p.at("("):
             p.fail_expected("`(`")
         p.advance()
         p.record_loc(op, self.attr)
@@ -342,19 +353,48 @@ class KwParen(Directive):
 
 
 class Dict(Directive):
-    """`{k = v, ...}` attribute dictionary; printed sorted, omitted when empty."""
+    """`{k = v, ...}` attribute dictionary; printed sorted, omitted when empty.
 
-    __slots__ = ("attr",)
+    With `keys` the dictionary is required and holds exactly those keys, each
+    mapped to its allowed enum words or to `int`: a missing key is PARSE/003
+    (section 17.7), an unknown key or word PARSE/007 (section 17.11)."""
 
-    def __init__(self, attr: str = "dict") -> None:
+    __slots__ = ("attr", "keys")
+
+    def __init__(self, attr: str = "dict", keys: dict[str, tuple[str, ...] | type] | None = None) -> None:
         self.attr = attr
+        self.keys = keys
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        if p.at("{") and not op.opdef.regions:
-            p.record_loc(op, self.attr)
-            op.attrs[self.attr] = p.parse_dict()
-        else:
-            op.attrs[self.attr] = {}
+        if self.keys is None:
+            if p.at("{"):
+                p.record_loc(op, self.attr)
+                op.attrs[self.attr] = p.parse_dict()
+            else:
+                op.attrs[self.attr] = {}
+            return
+        if not p.at("{"):
+            p.fail_expected(f"`{{{next(iter(self.keys))} = …}}`")
+        p.record_loc(op, self.attr)
+        offsets: dict[str, tuple[int, int]] = {}
+        d = p.parse_dict(offsets)
+        for key, value in d.items():
+            allowed = self.keys.get(key)
+            key_off, value_off = offsets[key]
+            if allowed is None:
+                p.fail("PARSE/007", key_off, word=key, op=op.name)
+            if allowed is int:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    p.fail("PARSE/003", value_off, expected="an integer", found=f"`{_shown(value)}`")
+            elif not isinstance(value, Ident):
+                p.fail("PARSE/003", value_off, expected="one of " + ", ".join(f"`{w}`" for w in allowed),
+                       found=f"`{_shown(value)}`")
+            elif value.text not in allowed:
+                p.fail("PARSE/007", value_off, word=value.text, op=op.name)
+        for key in self.keys:
+            if key not in d:
+                p.fail("PARSE/003", p.starts[p.i - 1], expected=f"`{key}`", found="`}`")
+        op.attrs[self.attr] = d
 
     def print(self, pr: "Printer", op: "Operation") -> None:
         d = op.attrs.get(self.attr)
@@ -383,10 +423,10 @@ class Callee(Directive):
         self.workload = workload
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        op.attrs["callee"] = p.expect_symbol()
         p.record_loc(op, "callee")
+        op.attrs["callee"] = p.expect_symbol()
         nwork = 0
-        if self.workload and p.at_glued("["):
+        if self.workload and p.at("["):
             p.advance()
             if p.at("]"):
                 p.fail_legacy(op, "[]")
@@ -414,7 +454,7 @@ class ParenOperands(Directive):
     __slots__ = ()
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        if not p.at_glued("("):
+        if not p.at("("):
             p.fail_expected("`(`")
         p.advance()
         if not p.at(")"):
@@ -439,7 +479,7 @@ class Pack(Directive):
         aligns = []
         while True:
             p.expect_word("align")
-            if not p.at_glued("("):
+            if not p.at("("):
                 p.fail_expected("`(`")
             p.advance()
             p.record_loc(op, f"align{len(aligns)}")
@@ -593,7 +633,7 @@ class CallTypes(Directive):
             written.extend(p.parse_type_list("]"))
             p.expect("]")
             nwork = len(written)
-            if not p.at_glued("("):
+            if not p.at("("):
                 p.fail_expected("`(`")
         p.expect("(")
         if not p.at(")"):
@@ -696,14 +736,13 @@ class Bindings(Directive):
     """`(%acc = %init : T, ...)`: carried values; init operands plus region
     arguments of region 0 (after any `leading` arguments such as a loop IV)."""
 
-    __slots__ = ("glued", "optional")
+    __slots__ = ("optional",)
 
-    def __init__(self, glued: bool, optional: bool) -> None:
-        self.glued = glued
+    def __init__(self, optional: bool) -> None:
         self.optional = optional
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        if not p.at("(") or (self.glued and not p.at_glued("(")):
+        if not p.at("("):
             if not self.optional:
                 p.fail_expected("`(`")
             return
@@ -764,7 +803,7 @@ class Do(Directive):
 
     def parse(self, p: "Parser", op: "Operation") -> None:
         p.expect_word("do")
-        if p.at_glued("("):
+        if p.at("("):
             p.parse_arg_list()
         p.parse_region(op, 1)
 
@@ -810,17 +849,17 @@ class Modifiers(Directive):
             elif word in ("inline", "noinline"):
                 op.attrs["inlining"] = word
             elif word == "target":
-                p.expect_glued("(")
-                op.attrs["target"] = p.expect_symbol()
+                p.expect("(")
                 p.record_loc(op, "target")
+                op.attrs["target"] = p.expect_symbol()
                 p.expect(")")
             elif word == "export":
-                p.expect_glued("(")
+                p.expect("(")
                 p.record_loc(op, "export")
                 op.attrs["export"] = p.parse_string()
                 p.expect(")")
             elif word == "priority":
-                p.expect_glued("(")
+                p.expect("(")
                 p.record_loc(op, "priority")
                 op.attrs["priority"] = p.parse_int()
                 p.expect(")")
@@ -858,8 +897,8 @@ class SymName(Directive):
         self.attr = attr
 
     def parse(self, p: "Parser", op: "Operation") -> None:
-        op.attrs[self.attr] = p.expect_symbol()
         p.record_loc(op, self.attr)
+        op.attrs[self.attr] = p.expect_symbol()
 
     def print(self, pr: "Printer", op: "Operation") -> None:
         pr.word("@" + op.attrs[self.attr])
@@ -880,7 +919,7 @@ class SigArgs(Directive):
     def parse(self, p: "Parser", op: "Operation") -> None:
         if not self.glued:
             p.expect_word(self.attr)
-        if not p.at_glued("("):
+        if not p.at("("):
             p.fail_expected("`(`")
         args = p.parse_signature_args(op, self.region)
         op.attrs[self.attr] = Signature(args)
@@ -967,10 +1006,13 @@ class SymbolList(Directive):
 
     def parse(self, p: "Parser", op: "Operation") -> None:
         p.expect("[")
-        names = [p.expect_symbol()]
-        while p.at(","):
-            p.advance()
+        names: list[str] = []
+        while True:
+            p.record_loc(op, f"symbols{len(names)}")
             names.append(p.expect_symbol())
+            if not p.at(","):
+                break
+            p.advance()
         p.expect("]")
         op.attrs["symbols"] = tuple(names)
 

@@ -53,6 +53,8 @@ RMW = ("xchgi", "addi", "subi", "andi", "ori", "xori", "minsi", "maxsi", "minui"
        "xchgf", "addf", "minimumf", "maximumf", "minnumf", "maxnumf")
 AXES = ("x", "y", "z")
 MEMORY_SPACES = ("global", "workgroup", "private", "constant")
+ORDERINGS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
+SCOPES = ("subgroup", "workgroup", "device", "system")
 AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151",
                 "gfx1200", "gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-3-generic",
                 "gfx11-generic", "gfx12-generic")
@@ -157,13 +159,13 @@ for _n, _ex in (("sitofp", "i32 to f32"), ("uitofp", "i32 to f32"), ("fptosi", "
 _YIELD = RegionSpec("scf.yield", elide=True)
 op("scf.if", Operands(), ResultTypes(), Region(0), Else(), rule="scf_if", contexts=NOT_CFG,
    regions=(_YIELD, _YIELD), example="%r = scf.if %c -> (f32) {")
-op("scf.for", ForHeader(), Bindings(glued=True, optional=True), ResultTypes(), Region(0), rule="scf_for",
+op("scf.for", ForHeader(), Bindings(optional=True), ResultTypes(), Region(0), rule="scf_for",
    contexts=NOT_CFG, regions=(_YIELD,), leading_operands=3,
    example="%r = scf.for %i = [%lo to %hi step %s](%acc = %init : f32) -> (f32) {")
-op("scf.while", Bindings(glued=True, optional=False), ResultTypes(), Region(0), Do(), rule="scf_while",
+op("scf.while", Bindings(optional=False), ResultTypes(), Region(0), Do(), rule="scf_while",
    contexts=KERNEL_AND_FUNCS, regions=(RegionSpec("scf.condition"), _YIELD),
    example="%r = scf.while(%x = %init : index) -> (index) {")
-op("scf.yield", Operands(), TypeEach(), rule="yield", contexts=NOT_CFG, traits={TERMINATOR},
+op("scf.yield", Operands(), TypeEach(), contexts=NOT_CFG, traits={TERMINATOR},
    example="scf.yield %a, %b : f32, i32")
 op("scf.condition", Operands(), TypeEach(), rule="condition", contexts=KERNEL_AND_FUNCS, traits={TERMINATOR},
    example="scf.condition %go, %x : i1, index")
@@ -181,8 +183,9 @@ op("buffer.pack", Pack(), TypeSame(result="pack"), rule="buffer_pack", contexts=
    example="%t, %o0, %o1 = buffer.pack [align(16) %n0, align(256) %n1] : offset")
 op("buffer.assume.noalias", Operands(), TypeEach(mirror=True), rule="assume_noalias", contexts=DEVICE,
    traits=_P, example="%a2, %b2 = buffer.assume.noalias %a, %b : buffer, buffer")
-op("buffer.assume.alignment", Operands(), Dict(), TypeSame(), rule="assume_alignment", contexts=DEVICE,
-   traits=_P, example="%a2 = buffer.assume.alignment %a {minimum_alignment = 64} : buffer")
+op("buffer.assume.alignment", Operands(), Dict(keys={"minimum_alignment": int}), TypeSame(),
+   rule="assume_alignment", contexts=DEVICE, traits=_P,
+   example="%a2 = buffer.assume.alignment %a {minimum_alignment = 64} : buffer")
 op("buffer.assume.memory_space", Kind(MEMORY_SPACES), Operands(), TypeSame(), rule="assume_memory_space",
    contexts=DEVICE, traits=_P, legacy_dict=True,
    example="%g = buffer.assume.memory_space<global> %b : buffer")
@@ -192,8 +195,8 @@ op("view.store", Leading(), Indexed(), TypeEach(operands=[0, 1]), rule="view_sto
    traits=_MEM, indexed_base=1, example="view.store %x, %v[%i, 0] : f32, view<[%n]x4xf32>")
 op("view.subview", Indexed(), TypeArrow([0]), rule="view_subview", contexts=DEVICE, traits=_P,
    example="%w = view.subview %v[%r, 0] : view<[%m]x[%n]xf32> -> view<16x[%n]xf32>")
-op("view.atomic.rmw", Kind(RMW), Leading(), Indexed(), Dict(), TypeArrow([0, 1]), rule="atomic_rmw",
-   contexts=DEVICE, traits=_MEM, indexed_base=1,
+op("view.atomic.rmw", Kind(RMW), Leading(), Indexed(), Dict(keys={"ordering": ORDERINGS, "scope": SCOPES}),
+   TypeArrow([0, 1]), rule="atomic_rmw", contexts=DEVICE, traits=_MEM, indexed_base=1,
    example="%o = view.atomic.rmw<addf> %x, %v[%i] {ordering = relaxed, scope = device} : f32, view<[%n]xf32> -> f32")
 
 # ------------------------------------------------------------------ vector (7.5)

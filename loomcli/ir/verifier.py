@@ -17,7 +17,7 @@ import struct
 from typing import Any, Callable, Iterable
 
 from loomcli.diagnostics import Diagnostic
-from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred
+from loomcli.ir.attrs import HashAttr, KeyParam, Pred
 from loomcli.ir.core import BlockArgument, Loc, Module, Operation, OpResult, Region, Signature, Value
 from loomcli.ir.ops import (
     CONVERGENT, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, LAUNCH, MEMORY, MODULE, PROGRAM, CASE, PURE, SYMBOL,
@@ -42,7 +42,7 @@ SYMBOL_KINDS = {
 _INT_KINDS = {"addi", "muli", "andi", "ori", "xori", "minsi", "maxsi", "minui", "maxui", "xchgi", "subi"}
 _FLOAT_KINDS = {"addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf", "xchgf"}
 # Largest finite magnitudes before a literal rounds to infinity (half-way to the next power).
-_FLOAT_LIMITS = {"f16": 65520.0, "bf16": 3.3961775292304740e38, "f32": 3.4028235677973366e38}
+_FLOAT_LIMITS = {"f16": 65520.0, "bf16": 3.39617752923046e38, "f32": 3.4028235677973366e38}
 
 
 def _kind_text(t: Type) -> str:
@@ -154,20 +154,21 @@ class Verifier:
 
     def visit(self, op: Operation, context: str) -> None:
         opdef = op.opdef
-        if context not in opdef.contexts:
-            if context == MODULE:
-                self.error("STRUCTURE/003", op.loc, op=op.name, context="the module")
-            else:
-                self.error("STRUCTURE/003", op.loc, op=op.name, context=f"a {context}")
-            self.bad_ops.add(id(op))
-        elif op.parent is not None and opdef.has(TERMINATOR):
+        if opdef.has(TERMINATOR):
+            # A terminator ends its region and is found nowhere else (section 3):
+            # STRUCTURE/001, never STRUCTURE/003; a wrong last one is check_region_end's.
             region = op.parent
-            if region.ops[-1] is not op:
-                owner = region.owner.name if region.owner else "module"
-                self.error("STRUCTURE/001", op.loc, op=owner, terminator=self._terminator_of(region))
+            if region is not None and region.owner is None:
+                self.error("STRUCTURE/001", op.loc, op="the module", terminator=f"no terminator (found {op.name})")
+            elif region is not None and region.ops[-1] is not op:
+                self.error("STRUCTURE/001", op.loc, op=region.owner.name, terminator=self._terminator_of(region))
+        elif context not in opdef.contexts:
+            where = "the module" if context == MODULE else f"a {context}"
+            self.error("STRUCTURE/003", op.loc, op=op.name, context=where)
+            self.bad_ops.add(id(op))
         ok = not op.attrs.get("$invalid") and self.check_written_types(op)
-        for t in self._types_of(op):
-            self.check_type(op, t, context)
+        for t, loc in self._types_of(op):
+            self.check_type(t, loc, context)
         if ok and id(op) not in self.bad_ops and opdef.rule:
             getattr(self, "rule_" + opdef.rule)(op)
         for index, region in enumerate(op.regions):
@@ -175,9 +176,6 @@ class Verifier:
             inner = spec.context or context
             if inner == "convention":
                 inner = {"device": F_DEV, "host": F_HOST}.get(op.attrs.get("convention"), F_ANY)
-            if inner in (K_CFG, K_BODY, F_DEV, F_HOST, F_ANY, PROGRAM, CASE) and context != MODULE \
-                    and spec.isolated:
-                pass  # a misplaced symbol op already got STRUCTURE/003
             self.check_region_end(op, region, spec.terminator)
             for inner_op in region.ops:
                 self.visit(inner_op, inner)
@@ -186,10 +184,10 @@ class Verifier:
         if op.name in ("func.def", "template.def") and op.attrs.get("pure"):
             self.check_pure(op)
 
-    def _terminator_of(self, region: Region) -> str:
+    @staticmethod
+    def _terminator_of(region: Region) -> str:
         owner = region.owner
-        if owner is None:
-            return "nothing"
+        assert owner is not None
         return owner.opdef.regions[owner.regions.index(region)].terminator
 
     def check_region_end(self, op: Operation, region: Region, terminator: str) -> None:
@@ -214,27 +212,30 @@ class Verifier:
                     ok = False
         return ok
 
-    def _types_of(self, op: Operation) -> Iterable[Type]:
+    @staticmethod
+    def _types_of(op: Operation) -> Iterable[tuple[Type, Loc]]:
+        """The types an op introduces, each with the place to blame for it."""
         for r in op.results:
-            yield r.type
+            yield r.type, op.loc
         for attr in ("sig", "launch"):
             sig = op.attrs.get(attr)
             if isinstance(sig, Signature):
                 for a in sig.args:
-                    yield a.type
-                yield from sig.results
+                    yield a.type, a.loc
+                for t in sig.results:
+                    yield t, op.loc_of("results")
 
-    def check_type(self, op: Operation, t: Type, context: str) -> None:
+    def check_type(self, t: Type, loc: Loc, context: str) -> None:
         if not isinstance(t, ShapedType):
             return
         for d in t.dims:
             if isinstance(d, Value) and d.type is not ERROR and d.type is not INDEX:
-                self.type_error(op.loc, f"dim of {_kind_text(t)}", "index", d.type)
+                self.type_error(loc, f"dim of {_kind_text(t)}", "index", d.type)
         if t.name == "vector":
             if len(t.dims) != 1 or not isinstance(t.dims[0], int) or t.dims[0] < 1:
-                self.error("TYPE/003", op.loc, what=f"type {t}", why="a vector has one static dim >= 1")
+                self.error("TYPE/003", loc, what=f"type {t}", why="a vector has one static dim >= 1")
         elif t.name == "tensor" and context != CASE:
-            self.error("TYPE/003", op.loc, what=f"type {t}", why="tensors exist only in check cases")
+            self.error("TYPE/003", loc, what=f"type {t}", why="tensors exist only in check cases")
 
     # ------------------------------------------------------------ helpers for rules
 
@@ -267,8 +268,9 @@ class Verifier:
                 v = op.operands[k]
                 self.want(op, f"operand {k} of {op.name}", v.type, v.type is INDEX, "index", op.operand_loc(k))
                 k += 1
-            elif t < 0:
-                self.error("TYPE/003", op.loc_of(f"index{axis}"), what=f"index {t}", why="literal indices are >= 0")
+            elif t < 0:  # section 7.4: "per axis an index value or literal >= 0 (TYPE/002)"
+                self.error("TYPE/002", op.loc_of(f"index{axis}"), op=op.name, n="an",
+                           items=f"index value or literal >= 0 on axis {axis}", m=t)
         return True
 
     @staticmethod
@@ -356,20 +358,20 @@ class Verifier:
     def check_preds(self, preds: list[Pred], subjects: set[Value]) -> None:
         for p in preds:
             subject = p.args[0]
-            loc = p.loc or (0, 0)
             if not isinstance(subject, Value) or subject.type is ERROR:
                 continue
             if subject not in subjects:
-                self.error("DOMINANCE/001", loc, v=subject.name)
+                self.error("DOMINANCE/001", p.arg_loc(0), v=subject.name)
                 continue
             if not is_integer_like(subject.type):
-                self.type_error(loc, f"subject of {p.name}", "index, offset or integer", subject.type)
+                self.type_error(p.arg_loc(0), f"subject of {p.name}", "index, offset or integer", subject.type)
                 continue
-            for a in p.args[1:]:
+            for i, a in enumerate(p.args[1:], 1):
                 if isinstance(a, Value) and a.type is not ERROR and a.type != subject.type:
-                    self.type_error(loc, f"argument `%{a.name}` of {p.name}", _kind_text(subject.type), a.type)
+                    self.type_error(p.arg_loc(i), f"argument `%{a.name}` of {p.name}", _kind_text(subject.type),
+                                    a.type)
             if p.name == "mul" and isinstance(p.args[1], int) and p.args[1] <= 0:
-                self.error("TYPE/003", loc, what="predicate mul", why="the divisor must be > 0")
+                self.error("TYPE/003", p.arg_loc(1), what="predicate mul", why="the divisor must be > 0")
 
     def rule_int_binary(self, op: Operation) -> None:
         self._same_typed(op, 2, is_int, "an integer type")
@@ -490,14 +492,11 @@ class Verifier:
                            t2=", ".join(map(_kind_text, results)))
         do_args = [a.type for a in after.args]
         if do_args != results:
-            self.error("STRUCTURE/007", after.end_loc, t1=", ".join(map(_kind_text, do_args)), parent=op.name,
+            # Blame the first `do(...)` argument that differs, else the op.
+            loc = next((a.loc for a, t in zip(after.args, results) if a.type != t), op.loc)
+            self.error("STRUCTURE/007", loc, t1=", ".join(map(_kind_text, do_args)), parent=op.name,
                        t2=", ".join(map(_kind_text, results)))
         self._match_yield(op, after, carried)
-
-    def rule_yield(self, op: Operation) -> None:
-        parent = op.parent_op
-        if parent is not None and not parent.name.startswith("scf."):
-            self.error("STRUCTURE/003", op.loc, op=op.name, context=f"{parent.name}")
 
     def rule_condition(self, op: Operation) -> None:
         if not op.operands:
@@ -570,12 +569,9 @@ class Verifier:
         if not self.operands(op, 1):
             return
         self._buffers(op)
-        d = op.attrs.get("dict", {})
-        a = d.get("minimum_alignment")
-        if set(d) != {"minimum_alignment"} or not isinstance(a, int) or isinstance(a, bool) or a <= 0 \
-                or a & (a - 1):
-            self.error("TYPE/003", op.loc_of("dict"), what="buffer.assume.alignment",
-                       why="expected {minimum_alignment = N}, N a power of two")
+        a = op.attrs.get("dict", {}).get("minimum_alignment", 1)
+        if a <= 0 or a & (a - 1):
+            self.error("TYPE/003", op.loc_of("dict"), what=f"minimum_alignment {a}", why="expected a power of two")
 
     def rule_assume_memory_space(self, op: Operation) -> None:
         if self.operands(op, 1):
@@ -634,16 +630,6 @@ class Verifier:
         if kind in _INT_KINDS and elem not in ("i32", "i64") or kind in _FLOAT_KINDS and elem not in ("f32", "f64"):
             self.error("TYPE/003", op.loc, what=f"view.atomic.rmw<{kind}>", why=f"not defined on {elem}")
         self.result(op, lambda t: t is v.elem, elem)
-        d = op.attrs.get("dict", {})
-        for key, allowed in (("ordering", ("relaxed", "acquire", "release", "acq_rel", "seq_cst")),
-                             ("scope", ("subgroup", "workgroup", "device", "system"))):
-            val = d.get(key)
-            if not isinstance(val, Ident) or val.text not in allowed:
-                self.error("TYPE/003", op.loc_of("dict"), what=f"{key} of view.atomic.rmw",
-                           why="expected one of " + ", ".join(allowed))
-        for key in d:
-            if key not in ("ordering", "scope"):
-                self.error("TYPE/003", op.loc_of("dict"), what=f"key `{key}`", why="view.atomic.rmw takes ordering, scope")
 
     # ------------------------------------------------------------ rules: vector
 
@@ -725,7 +711,7 @@ class Verifier:
 
     def _arg_types(self, sig: Signature, what: str, allowed: Callable[[Type], bool], expected: str) -> None:
         for a in sig.args:
-            if a.type is not ERROR and not allowed(a.type):
+            if a.type is not ERROR and not is_tensor(a.type) and not allowed(a.type):  # tensors: check_type
                 self.type_error(a.loc, f"{what} `%{a.name}`", expected, a.type)
 
     @staticmethod
@@ -762,27 +748,45 @@ class Verifier:
                         lambda t: self._scalar_arg(t) or t is BUFFER, "index, offset, integer, float or buffer")
         self._where(op, "sig")
 
-    def _call_signature(self, op: Operation, use: str, callee: str, want: list[Type], nwant_workload: int,
+    @staticmethod
+    def _callee_loc(op: Operation) -> Loc:
+        return op.loc_of("callee" if "callee" in op.attrs else "family")
+
+    def _call_signature(self, op: Operation, use: str, callee: str, params: list[Value], nwant_workload: int,
                         in_case: bool = False) -> None:
-        got = [v.type for v in op.operands]
+        """Operands against the callee's signature arguments `params` (TYPE/006)."""
+        args = op.operands
         nwork = op.attrs.get("nworkload", 0)
         written_nwork = op.attrs.get("written_nworkload", nwork)
-        if any(t is ERROR for t in got):
+        if any(v.type is ERROR for v in args):
             return
         if nwork != nwant_workload or written_nwork != nwork:
-            self.error("TYPE/006", op.loc_of("callee"), use=use, s=callee,
+            self.error("TYPE/006", self._callee_loc(op), use=use, s=callee,
                        detail=f"expected {nwant_workload} workload values, found {nwork}")
             return
-        if len(got) != len(want):
-            self.error("TYPE/006", op.loc_of("callee"), use=use, s=callee,
-                       detail=f"expected {len(want)} arguments, found {len(got)}")
+        if len(args) != len(params):
+            self.error("TYPE/006", self._callee_loc(op), use=use, s=callee,
+                       detail=f"expected {len(params)} arguments, found {len(args)}")
             return
-        for i, (g, w) in enumerate(zip(got, want)):
+        position = {id(p): i for i, p in enumerate(params)}
+        for i, (a, p) in enumerate(zip(args, params)):
+            g, w = a.type, p.type
             if in_case and w is BUFFER and is_tensor(g):
                 continue
+            detail = None
             if not _types_match(g, w):
-                self.error("TYPE/006", op.operand_loc(i), use=use, s=callee,
-                           detail=f"argument {i}: expected {_kind_text(w)}, found {_kind_text(g)}")
+                detail = f"argument {i}: expected {_kind_text(w)}, found {_kind_text(g)}"
+            elif isinstance(w, ShapedType) and isinstance(g, ShapedType):
+                # A dynamic dim of the signature names an argument: the operand's
+                # type must name the value passed for it (section 5).
+                for dw, dg in zip(w.dims, g.dims):
+                    k = position.get(id(dw), -1)
+                    if k >= 0 and dg is not args[k]:
+                        detail = (f"argument {i}: dim `%{getattr(dg, 'name', dg)}` is not the value passed "
+                                  f"for `%{dw.name}`")  # type: ignore[union-attr]
+                        break
+            if detail is not None:
+                self.error("TYPE/006", op.operand_loc(i), use=use, s=callee, detail=detail)
                 return
 
     def _context_of(self, op: Operation) -> str | None:
@@ -804,14 +808,14 @@ class Verifier:
             return
         sig, launch = target.attrs["sig"], target.attrs["launch"]
         in_case = self._context_of(op) == CASE
-        self._call_signature(op, "kernel.launch", target.attrs["sym"], sig.arg_types + launch.arg_types,
+        self._call_signature(op, "kernel.launch", target.attrs["sym"], sig.args + launch.args,
                              len(sig.args), in_case)
 
     def rule_dispatch(self, op: Operation) -> None:
         target = self.lookup(op, "callee", ("kernel.entry.decl",), "entry")
         n = op.attrs.get("nworkload", 0)
         if not 1 <= n <= 3:
-            self.count(op, 3, "workgroup counts", n)
+            self.error("TYPE/002", op.loc, op=op.name, n="1 to 3", items="workgroup counts", m=n)
         for i, v in enumerate(op.operands[:n]):
             self.want(op, f"operand {i} of kernel.dispatch", v.type, v.type is INDEX, "index", op.operand_loc(i))
             c = self.constant_of(v)
@@ -867,13 +871,13 @@ class Verifier:
             t = a.type
             if t is ERROR:
                 continue
-            if is_tensor(t) or (host_like and (t is BUFFER or is_view(t) or is_vector(t))):
-                allowed = "a non-tensor type" if not host_like else "index, offset, integer or float"
-                self.type_error(a.loc, f"argument `%{a.name}` of @{op.attrs['sym']}", allowed, t)
+            if host_like and (t is BUFFER or is_view(t) or is_vector(t)):  # tensors: check_type
+                self.type_error(a.loc, f"argument `%{a.name}` of @{op.attrs['sym']}",
+                                "index, offset, integer or float", t)
         for t in sig.results:
             if isinstance(t, ShapedType) and not t.is_static:
                 self.error("TYPE/003", op.loc_of("results"), what=f"result type {t}", why="signature results are static")
-            elif is_tensor(t) or (host_like and (t is BUFFER or is_view(t) or is_vector(t))):
+            elif host_like and (t is BUFFER or is_view(t) or is_vector(t)):
                 self.type_error(op.loc_of("results"), f"result of @{op.attrs['sym']}", "a host type", t)
         self._where(op, "sig")
         if "target" in op.attrs:
@@ -897,23 +901,27 @@ class Verifier:
 
     def _callable(self, op: Operation, target: Operation, use: str) -> None:
         sig: Signature = target.attrs["sig"]
-        self._call_signature(op, use, target.attrs["sym"], sig.arg_types, 0)
+        self._call_signature(op, use, target.attrs["sym"], sig.args, 0)
         got = [r.type for r in op.results]
         if got != sig.results and not any(t is ERROR for t in got):
-            self.error("TYPE/006", op.loc_of("callee" if "callee" in op.attrs else "family"), use=use,
+            self.error("TYPE/006", self._callee_loc(op), use=use,
                        s=target.attrs["sym"], detail=f"results ({', '.join(map(_kind_text, got))}) differ from "
                                                      f"({', '.join(map(_kind_text, sig.results))})")
 
-    def _check_call_site(self, op: Operation, callee: Operation) -> None:
-        ctx = self._context_of(op)
+    @staticmethod
+    def _eligible(ctx: str | None, callee: Operation) -> bool:
+        """May a site in context `ctx` call (or select) `callee` (sections 3 and 17.17)?"""
         conv = callee.attrs.get("convention")
         if ctx in (K_BODY, F_DEV):
-            ok = conv != "host"
-        elif ctx in (K_CFG, PROGRAM, CASE, F_HOST):
-            ok = conv != "device"
-        else:
-            ok = conv is None
-        if not ok:
+            return conv != "host"
+        if ctx in (K_CFG, PROGRAM, CASE, F_HOST):
+            return conv != "device"
+        return conv is None
+
+    def _check_call_site(self, op: Operation, callee: Operation) -> None:
+        ctx = self._context_of(op)
+        if not self._eligible(ctx, callee):
+            conv = callee.attrs.get("convention") or "unannotated"
             self.error("STRUCTURE/003", op.loc_of("callee"), op=f"call of {conv} `@{callee.attrs['sym']}`",
                        context=f"a {ctx}")
 
@@ -945,9 +953,8 @@ class Verifier:
         family = self.lookup(op, "family", ("template.decl",), "template family")
         if family is None:
             return
+        # An ineligible provider is refuted at this site, not an error (section 17.17).
         self._callable(op, family, "template.apply")
-        for provider in self.providers(family.attrs["sym"]):
-            self._check_call_site(op, provider)
 
     def rule_template_call(self, op: Operation) -> None:
         target = self.lookup(op, "callee", ("template.def",), "template provider")
@@ -987,13 +994,13 @@ class Verifier:
         self.result(op, lambda t: t is INDEX, "index")
 
     def rule_module_import(self, op: Operation) -> None:
-        for name in op.attrs.get("symbols", ()):
+        for i, name in enumerate(op.attrs.get("symbols", ())):
             target = self.symbols.get(name)
             if target is None:
-                self.error("SYMBOL/002", op.loc, s=name)
+                self.error("SYMBOL/002", op.loc_of(f"symbols{i}"), s=name)
             elif not target.name.endswith(".decl"):
-                self.error("SYMBOL/003", op.loc, s=name, kind=SYMBOL_KINDS.get(target.name, target.name),
-                           kind2="declaration")
+                self.error("SYMBOL/003", op.loc_of(f"symbols{i}"), s=name,
+                           kind=SYMBOL_KINDS.get(target.name, target.name), kind2="declaration")
 
     # ------------------------------------------------------------ rules: commands and checks
 
@@ -1012,8 +1019,8 @@ class Verifier:
         target = self.lookup(op, "callee", ("command.program.def", "command.program.decl"), "command program")
         if target is not None:
             sig, launch = target.attrs["sig"], target.attrs["launch"]
-            self._call_signature(op, "command.program.launch", target.attrs["sym"],
-                                 sig.arg_types + launch.arg_types, len(sig.args))
+            self._call_signature(op, "command.program.launch", target.attrs["sym"], sig.args + launch.args,
+                                 len(sig.args))
 
     def rule_check_literal(self, op: Operation) -> None:
         t = op.results[0].type
@@ -1157,8 +1164,9 @@ class Verifier:
                     if callee is not None and callee.name == "template.def" and not callee.attrs.get("pure"):
                         bad = f"impure call of `@{callee.attrs['sym']}`"
                 elif inner.name == "template.apply":
+                    ctx = self._context_of(inner)
                     for provider in self.providers(inner.attrs.get("family", "")):
-                        if not provider.attrs.get("pure"):
+                        if self._eligible(ctx, provider) and not provider.attrs.get("pure"):
                             bad = f"template.apply selecting impure `@{provider.attrs['sym']}`"
                             break
                 if bad is not None:

@@ -12,11 +12,11 @@ import bisect
 import re
 
 # Token kinds.
-COMMENT, SHAPE, SSA, SYM, HASH, FLOAT, INT, IDENT, NEGIDENT, STRING, PUNCT, INVALID, EOF = range(1, 14)
+COMMENT, SHAPE, SSA, SYM, HASH, FLOAT, INT, IDENT, NEGIDENT, STRING, PUNCT, LABEL, INVALID, EOF = range(1, 15)
 
 KIND_NAMES = {
     SHAPE: "type", SSA: "value", SYM: "symbol", HASH: "hash name", FLOAT: "float", INT: "integer",
-    IDENT: "identifier", NEGIDENT: "identifier", STRING: "string", PUNCT: "punctuation",
+    IDENT: "identifier", NEGIDENT: "identifier", STRING: "string", PUNCT: "punctuation", LABEL: "block label",
     INVALID: "invalid token", EOF: "end of file",
 }
 
@@ -24,7 +24,7 @@ _NAME_TAIL = r"(?:[A-Za-z0-9_$]|-(?!>))*"
 _TOKEN_RE = re.compile(
     r"[ \t\n]*(?:"
     r"(//[^\n]*)"                                                   # 1 comment
-    r"|((?:view|tensor|vector)<[^>]*>?)"                            # 2 shaped type
+    r"|((?:view|tensor|vector)<(?:[^<>\n]|<[^<>\n]*>)*>?)"            # 2 shaped type (one line; legacy `#x<…>` nests)
     r"|(%(?:[A-Za-z_$]" + _NAME_TAIL + r"|[0-9]+))"                 # 3 SSA name
     r"|(@[A-Za-z_$](?:[A-Za-z0-9_$.]|-(?!>))*)"                     # 4 symbol
     r"|(\#[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"                      # 5 hash name
@@ -34,7 +34,8 @@ _TOKEN_RE = re.compile(
     r"|(-[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"                       # 9 `-inf`, `-nan`
     r"|(\"(?:[^\"\\\x00-\x1f\x7f]|\\.)*\")"                         # 10 string
     r"|(->|[()\[\]{}<>=:,|])"                                       # 11 punctuation
-    r"|([^ \t\n])"                                                  # 12 anything else
+    r"|(\^[A-Za-z0-9_$.-]+)"                                        # 12 block label: not v1, PARSE/003
+    r"|([^ \t\n])"                                                  # 13 anything else
     r")",
     re.S,
 )
@@ -89,7 +90,9 @@ def tokenize(text: str) -> Tokens:
         kinds.append(k)
         texts.append(s)
         starts.append(m.start(k))
+    # End of file sits just after the last non-blank character, so a message
+    # about it quotes a line that has text.
     kinds.append(EOF)
     texts.append("")
-    starts.append(len(text))
+    starts.append(end)
     return toks

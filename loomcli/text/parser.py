@@ -25,6 +25,8 @@ from loomcli.text.lexer import (
 _SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Za-z0-9_$-]*|[0-9]+)\])x)+)([A-Za-z0-9_]+)>\Z")
 _DIM_RE = re.compile(r"([0-9]+|\[%[^\]]+\])x")
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+# Identifiers that are literals, type or op names: never an op's unknown keyword.
+_NOT_KEYWORDS = frozenset({"true", "false", "inf", "nan", *SCALAR_TYPES, *OPS, *RENAMED_OPS})
 
 
 class _SyntaxStop(Exception):
@@ -71,6 +73,7 @@ class Parser:
         self.pending_scope: tuple[Operation, int | None, _Scope] | None = None
         self.last_iso: dict[int, _IsolatedScope] = {}  # id(kernel op) -> launch-config scope
         self._static_shapes: dict[str, ShapedType] = {}
+        self.current: Operation | None = None  # the op whose directives are parsing
 
     # ------------------------------------------------------------ token access
 
@@ -91,12 +94,6 @@ class Parser:
     def at(self, punct: str) -> bool:
         return self.texts[self.i] == punct and self.kinds[self.i] == PUNCT
 
-    def at_glued(self, punct: str) -> bool:
-        i = self.i
-        if self.texts[i] != punct or self.kinds[i] != PUNCT or i == 0:
-            return False
-        return self.starts[i] == self.starts[i - 1] + len(self.texts[i - 1])
-
     def at_word(self, word: str) -> bool:
         return self.texts[self.i] == word and self.kinds[self.i] == IDENT
 
@@ -105,6 +102,18 @@ class Parser:
 
     def at_ssa(self) -> bool:
         return self.kinds[self.i] == SSA
+
+    def at_results(self) -> bool:
+        """At `%a, %b =`: the result list of the next op, not operands."""
+        kinds, texts, j = self.kinds, self.texts, self.i
+        while kinds[j] == SSA:
+            j += 1
+            if kinds[j] != PUNCT or texts[j] not in (",", "="):
+                return False
+            if texts[j] == "=":
+                return True
+            j += 1
+        return False
 
     def at_int(self) -> bool:
         return self.kinds[self.i] == INT
@@ -121,8 +130,12 @@ class Parser:
         return f"`{self.texts[self.i]}`"
 
     def fail_expected(self, what: str) -> None:
-        if self.kinds[self.i] == INVALID:
+        k = self.kinds[self.i]
+        if k == INVALID:
             self.fail("PARSE/004", self.offset, text=self.text)
+        if k == IDENT and self.current is not None and self.text not in _NOT_KEYWORDS:
+            # Section 17.11: an unknown word after a known op name is PARSE/007.
+            self.fail("PARSE/007", self.offset, word=self.text, op=self.current.name)
         if self.kinds[self.i] == SHAPE and not _SHAPE_RE.match(self.text):
             self._bad_shape(self.text, self.offset)
         self.fail("PARSE/003", self.offset, expected=what, found=self.describe())
@@ -143,11 +156,6 @@ class Parser:
 
     def expect(self, punct: str) -> None:
         if not self.at(punct):
-            self.fail_expected(f"`{punct}`")
-        self.i += 1
-
-    def expect_glued(self, punct: str) -> None:
-        if not self.at_glued(punct):
             self.fail_expected(f"`{punct}`")
         self.i += 1
 
@@ -183,7 +191,7 @@ class Parser:
 
     def _int_token(self) -> int:
         text = self.texts[self.i]
-        value = int(text, 0) if "x" not in text and "X" not in text else int(text, 16)
+        value = int(text, 16) if "x" in text or "X" in text else int(text, 10)  # `007` is 7
         if not _INT_MIN <= value <= _INT_MAX:
             self.fail("PARSE/004", self.offset, text=text)
         self.i += 1
@@ -251,7 +259,7 @@ class Parser:
             name = self.texts[self.i][1:]
             self.i += 1
             params: list[Any] = []
-            if self.at_glued("<"):
+            if self.at("<"):
                 self.i += 1
                 while True:
                     if self.kinds[self.i] == IDENT and self.texts[self.i + 1] == "=" and self.kinds[self.i + 1] == PUNCT:
@@ -280,7 +288,8 @@ class Parser:
         self.expect("]")
         return values
 
-    def parse_dict(self) -> dict[str, Any]:
+    def parse_dict(self, offsets: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+        """`{k = v, ...}`; `offsets`, if given, receives each key's (key, value) offsets."""
         self.expect("{")
         d: dict[str, Any] = {}
         if not self.at("}"):
@@ -290,6 +299,8 @@ class Parser:
                 if key in d:
                     self.fail("PARSE/003", off, expected="a unique key", found=f"duplicate `{key}`")
                 self.expect("=")
+                if offsets is not None:
+                    offsets[key] = (off, self.offset)
                 d[key] = self.parse_attr()
                 if not self.at(","):
                     break
@@ -315,10 +326,12 @@ class Parser:
         arity = PREDICATE_ARITY.get(name)
         if arity is None:
             self.fail("PARSE/003", off, expected="a predicate", found=f"`{name}`")
-        self.expect_glued("(")
+        self.expect("(")
+        locs = [self.loc(self.offset)]
         args: list[Any] = [self.resolve(self.expect_ssa(), self.starts[self.i - 1])]
         while self.at(","):
             self.i += 1
+            locs.append(self.loc(self.offset))
             if self.kinds[self.i] == SSA:
                 args.append(self.resolve(self.expect_ssa(), self.starts[self.i - 1]))
             else:
@@ -326,7 +339,7 @@ class Parser:
         if len(args) - 1 != arity:
             self.fail("PARSE/003", off, expected=f"{arity + 1} arguments of `{name}`", found=str(len(args)))
         self.expect(")")
-        return Pred(name, args, self.loc(off))
+        return Pred(name, args, self.loc(off), locs)
 
     # ------------------------------------------------------------ types
 
@@ -578,6 +591,7 @@ class Parser:
         kinds, texts = self.kinds, self.texts
         start = self.starts[self.i]
         comments = self.take_comments(start)
+        saved_current, self.current = self.current, None
         names: list[tuple[str, int]] = []
         if kinds[self.i] == SSA:
             names.append((texts[self.i][1:], start))
@@ -599,19 +613,20 @@ class Parser:
         op.comments = comments
         for _ in opdef.regions:
             op.add_region()
-        if not opdef.has_kind and self.at_glued("<"):
+        if not opdef.has_kind and self.at("<"):
             self.fail("PARSE/007", self.starts[self.i + 1], word=texts[self.i + 1], op=opname)
-        if opdef.legacy_dict and self.at("{"):
-            self.fail("PARSE/011", name_off, text=f"{opname} {{…}}", new=opdef.example)
+        if opdef.legacy_dict:
+            self._reject_legacy_dict(opdef, name_off)
         saved_results, saved_args = self.result_types, self.pending_args
-        self.result_types, self.pending_args = [], []
+        self.result_types, self.pending_args, self.current = [], [], op
         for directive in opdef.format:
             directive.parse(self, op)
         if self.pending_scope is not None and self.pending_scope[0] is op:
             self.close_pending_scope()
         result_types, self.result_types, self.pending_args = self.result_types, saved_results, saved_args
         self._check_op_end(op)
-        if len(names) != len(result_types):
+        self.current = saved_current
+        if len(names) != len(result_types) and not op.attrs.get("$invalid"):
             self.diags.append(Diagnostic.make("TYPE/002", self.path, op.loc, op=opname, n=len(result_types),
                                               items="results", m=len(names)))
             op.attrs["$invalid"] = True
@@ -639,9 +654,23 @@ class Parser:
             return
         if k == INVALID:
             self.fail("PARSE/004", self.offset, text=self.text)
-        if k == PUNCT and self.texts[self.i] == "{" and op.opdef.name in ("kernel.barrier",):
-            self.fail("PARSE/011", self.offset, text=f"{op.name} {{…}}", new=op.opdef.example)
         self.fail("PARSE/003", self.offset, expected="the next operation", found=self.describe())
+
+    def _reject_legacy_dict(self, opdef: OpDef, name_off: int) -> None:
+        """Upstream spelled these ops' attributes as a dictionary (`kernel.barrier
+        {…}`, `buffer.alloca %n {…}`); v1 has none, so a `{` on the op's line,
+        wherever it stands, marks the legacy spelling (PARSE/011)."""
+        kinds, texts, starts = self.kinds, self.texts, self.starts
+        line_end = self.toks.text.find("\n", name_off)
+        if line_end < 0:
+            line_end = len(self.toks.text)
+        j = self.i
+        while kinds[j] != EOF and starts[j] < line_end:
+            if kinds[j] == PUNCT and texts[j] == "{":
+                self.fail("PARSE/011", name_off, text=f"{opdef.name} {{…}}", new=opdef.example)
+            if kinds[j] == IDENT and texts[j] in OPS:
+                return
+            j += 1
 
     def _unknown_op(self, name: str, offset: int) -> None:
         if name in RENAMED_OPS:
