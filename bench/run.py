@@ -12,6 +12,7 @@ Rows:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -26,8 +27,11 @@ from bench.generate import generate  # noqa: E402
 
 
 def median_time(fn, repeat: int) -> float:
+    """Median wall time; garbage left by earlier runs is collected before each
+    run so one run does not pay for another (as `timeit` does)."""
     times = []
     for _ in range(repeat):
+        gc.collect()
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)

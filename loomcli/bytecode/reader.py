@@ -12,7 +12,6 @@ with the byte offset where it was noticed).
 
 from __future__ import annotations
 
-import gc
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from loomcli.bytecode import layout as L
 from loomcli.bytecode.writer import symbol_fields
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, PREDICATE_ARITY, SymbolRef
+from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signature, Value
 from loomcli.ir.ops import OPS
 from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType
@@ -811,21 +811,8 @@ class _Payload:
         return op, p
 
 
-def read_module(data: bytes, path: str = "<bytecode>") -> Module:
-    """Decode `.loombc` bytes into a Module.
-
-    The module's path is the one stored in the file (files written with debug
-    information) or else `path`, which also names the file in diagnostics.
-    Raises `CompileError` (BYTECODE/001 or BYTECODE/003) for anything that is
-    not a well-formed module of a supported version.
-    """
-    data = bytes(data)
+def _decode(data: bytes, path: str) -> Module:
     base = 0
-    # Decoding allocates many long-lived objects and no garbage; the cyclic
-    # collector would only rescan them again and again (it roughly doubles
-    # the time), so it pauses while the module is built.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
         try:
             h = _read_header(data, True)
@@ -854,12 +841,28 @@ def read_module(data: bytes, path: str = "<bytecode>") -> Module:
             base = 0
     except _Malformed as err:
         err.offset += base
+        raise
+    except (IndexError, ValueError, struct.error) as err:
+        raise _Malformed(base, f"malformed ({type(err).__name__})") from None
+    return module
+
+
+def read_module(data: bytes, path: str = "<bytecode>") -> Module:
+    """Decode `.loombc` bytes into a Module.
+
+    The module's path is the one stored in the file (files written with debug
+    information) or else `path`, which also names the file in diagnostics.
+    Raises `CompileError` (BYTECODE/001 or BYTECODE/003) for anything that is
+    not a well-formed module of a supported version.
+    """
+    data = bytes(data)
+    try:
+        with gc_paused():
+            module = _decode(data, path)
+    except _Malformed as err:
         raise _fail(path, err) from None
     except _BadVersion as err:
         raise _fail(path, err) from None
     except (IndexError, ValueError, struct.error) as err:  # safety net; validation should catch all
-        raise _fail(path, _Malformed(base, f"malformed ({type(err).__name__})")) from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+        raise _fail(path, _Malformed(0, f"malformed ({type(err).__name__})")) from None
     return module

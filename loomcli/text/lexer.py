@@ -44,7 +44,8 @@ _TOKEN_RE = re.compile(
 class Tokens:
     """The token stream of one source text."""
 
-    __slots__ = ("text", "kinds", "texts", "starts", "comments", "comment_starts", "_line_starts")
+    __slots__ = ("text", "kinds", "texts", "starts", "comments", "comment_starts", "_line_starts",
+                 "_line", "_line_lo", "_line_hi")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -54,10 +55,18 @@ class Tokens:
         self.comments: list[str] = []
         self.comment_starts: list[int] = []
         self._line_starts: list[int] | None = None
+        self._line, self._line_lo, self._line_hi = 0, 0, -1
 
     def loc(self, offset: int) -> tuple[int, int]:
-        """1-based (line, column in code points) of a text offset."""
-        if self._line_starts is None:
+        """1-based (line, column in code points) of a text offset.
+
+        Parsing asks in mostly increasing order, so the last line found is
+        tried first before a binary search.
+        """
+        if self._line_lo <= offset < self._line_hi:
+            return self._line, offset - self._line_lo + 1
+        starts = self._line_starts
+        if starts is None:
             starts = [0]
             find = self.text.find
             i = find("\n")
@@ -65,8 +74,11 @@ class Tokens:
                 starts.append(i + 1)
                 i = find("\n", i + 1)
             self._line_starts = starts
-        line = bisect.bisect_right(self._line_starts, offset)
-        return line, offset - self._line_starts[line - 1] + 1
+        line = bisect.bisect_right(starts, offset)
+        self._line = line
+        self._line_lo = starts[line - 1]
+        self._line_hi = starts[line] if line < len(starts) else 1 << 62
+        return line, offset - self._line_lo + 1
 
 
 def tokenize(text: str) -> Tokens:

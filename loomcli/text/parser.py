@@ -15,6 +15,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
+from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Value
 from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
@@ -60,6 +61,7 @@ class Parser:
     def __init__(self, text: str, path: str) -> None:
         self.path = path
         self.toks: Tokens = tokenize(text)
+        self.loc = self.toks.loc
         self.kinds = self.toks.kinds
         self.texts = self.toks.texts
         self.starts = self.toks.starts
@@ -84,9 +86,6 @@ class Parser:
     @property
     def text(self) -> str:
         return self.texts[self.i]
-
-    def loc(self, offset: int) -> tuple[int, int]:
-        return self.toks.loc(offset)
 
     def advance(self) -> None:
         self.i += 1
@@ -694,7 +693,8 @@ def parse(text: str, path: str = "<memory>") -> tuple[Module, list[Diagnostic]]:
     and 2); returns the module and the phase-3 findings made while parsing."""
     p = Parser(text.replace("\r", ""), path)
     try:
-        module = p.parse_module()
+        with gc_paused():
+            module = p.parse_module()
     except _SyntaxStop as stop:
         raise CompileError([stop.diag]) from None
     except RecursionError:
@@ -706,8 +706,4 @@ def parse(text: str, path: str = "<memory>") -> tuple[Module, list[Diagnostic]]:
     return module, p.diags
 
 
-def _unused_kind_names() -> dict[int, str]:  # keeps the import used for error texts
-    return KIND_NAMES
-
-
-__all__ = ["parse", "Parser", "OpDef"]
+__all__ = ["Parser", "parse"]
