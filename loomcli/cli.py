@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "compile": "loomcli.commands.compile:compile",
     "fmt": "loomcli.commands.fmt:fmt",
     "link": "loomcli.commands.link:link",
+    "opt": "loomcli.commands.opt:opt",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -48,6 +49,7 @@ SUMMARIES = {
     "compile": "Compile a module: link, bind config, select templates, run passes.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",
     "link": "Link modules against libraries into one module.",
+    "opt": "Run a pass pipeline over a module and print the result.",
 }
 
 

@@ -10,7 +10,8 @@ A predicate is proven, refuted or unknown; nothing stronger is used.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Value
@@ -24,7 +25,7 @@ _SWAP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 class Facts:
     """Facts at one program point; `child()` starts a nested scope (scf.if branches)."""
 
-    __slots__ = ("constants", "intervals", "modulus", "pow2", "relations", "order")
+    __slots__ = ("constants", "intervals", "modulus", "order", "pow2", "relations")
 
     def __init__(self, order: Callable[[Value], int]) -> None:
         self.constants: dict[Value, Any] = {}
@@ -34,7 +35,7 @@ class Facts:
         self.relations: set[tuple[str, Value, Value]] = set()
         self.order = order
 
-    def child(self) -> "Facts":
+    def child(self) -> Facts:
         f = Facts(self.order)
         f.constants = dict(self.constants)
         f.intervals = dict(self.intervals)

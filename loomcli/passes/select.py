@@ -15,8 +15,9 @@ semantic classes the product frontier builds on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value

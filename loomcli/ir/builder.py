@@ -1,0 +1,326 @@
+"""Making and copying IR: ops by name, clones with value remapping, SSA names.
+
+Values print by name, so every value a transformation creates needs a name
+that no visible value already has (LANGUAGE.md section 3, PARSE/002).
+`Namer` hands out fresh names for one isolated region; `legalize_names`
+renames, deterministically, any definition that would redefine a visible
+name, so a transformation may move ops between regions freely and leave
+the names to it.
+
+Types may name SSA values (`view<[%n]xf32>`) and `index.assume` predicates
+name their subjects; neither is a use, so `refs_of` lists them and
+`remap_type` rewrites them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from loomcli.ir.attrs import Pred
+from loomcli.ir.core import BlockArgument, Loc, Module, Operation, Region, Value
+from loomcli.ir.format import Dict, Kind
+from loomcli.ir.ops import F_ANY, F_DEV, F_HOST, OPS
+from loomcli.ir.types import ShapedType, Type
+
+_NUMERIC = re.compile(r"[0-9]+\Z")
+_SUFFIX = re.compile(r"^(.*[^0-9_].*?)_[0-9]+\Z")
+
+
+# ---------------------------------------------------------------- creating ops
+
+
+def default_attrs(name: str) -> dict[str, Any]:
+    """Attributes the parser always fills for `name` (empty flag sets, dictionaries)."""
+    attrs: dict[str, Any] = {}
+    for d in OPS[name].format:
+        if isinstance(d, Kind) and d.flags:
+            attrs[d.attr] = ()
+        elif isinstance(d, Dict):
+            attrs[d.attr] = {}
+    return attrs
+
+
+def create(name: str, operands: Sequence[Value] = (), result_types: Sequence[Type] = (),
+           attrs: Mapping[str, Any] | None = None, names: Sequence[str] = (), loc: Loc = (0, 0)) -> Operation:
+    """A detached op `name` from the op table, with empty regions as its row declares."""
+    opdef = OPS[name]
+    full = default_attrs(name)
+    full.update(attrs or {})
+    op = Operation(opdef, list(operands), list(result_types), full, loc)
+    for r, n in zip(op.results, names):
+        r.name = n
+    for _ in opdef.regions:
+        op.add_region()
+    return op
+
+
+# ---------------------------------------------------------------- values named by types and predicates
+
+
+def type_refs(t: Type) -> Iterator[Value]:
+    if isinstance(t, ShapedType):
+        for d in t.dims:
+            if not isinstance(d, int):
+                yield d
+
+
+def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
+    if isinstance(t, ShapedType) and not t.is_static:
+        dims = tuple(d if isinstance(d, int) else mapping.get(d, d) for d in t.dims)
+        if any(a is not b for a, b in zip(dims, t.dims)):
+            return t.replace_dims(dims)
+    return t
+
+
+def _attr_refs(v: Any) -> Iterator[Value]:
+    if isinstance(v, Pred):
+        for a in v.args:
+            if isinstance(a, Value):
+                yield a
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _attr_refs(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _attr_refs(x)
+
+
+def refs_of(op: Operation) -> Iterator[Value]:
+    """Values `op` names outside its operands: in result types, the types of
+    its regions' arguments, written operand types and predicates."""
+    for r in op.results:
+        yield from type_refs(r.type)
+    for region in op.regions:
+        for a in region.args:
+            yield from type_refs(a.type)
+    if op.written_types:
+        for t in op.written_types:
+            if t is not None:
+                yield from type_refs(t)
+    for key, v in op.attrs.items():
+        if key not in ("sig", "launch"):
+            yield from _attr_refs(v)
+
+
+def remap_attr(v: Any, mapping: Mapping[Value, Value]) -> Any:
+    if isinstance(v, Pred):
+        return Pred(v.name, [mapping.get(a, a) if isinstance(a, Value) else a for a in v.args], v.loc)
+    if isinstance(v, list):
+        return [remap_attr(x, mapping) for x in v]
+    if isinstance(v, tuple):
+        return tuple(remap_attr(x, mapping) for x in v)
+    if isinstance(v, dict):
+        return {k: remap_attr(x, mapping) for k, x in v.items()}
+    return v
+
+
+def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
+    """Rewrite, in place, the values `op` names in types and predicates (not its operands)."""
+    for r in op.results:
+        r.type = remap_type(r.type, mapping)
+    for region in op.regions:
+        for a in region.args:
+            a.type = remap_type(a.type, mapping)
+    if op.written_types:
+        op.written_types = [None if t is None else remap_type(t, mapping) for t in op.written_types]
+    for key, v in list(op.attrs.items()):
+        if key not in ("sig", "launch") and isinstance(v, (Pred, list, tuple, dict)):
+            op.attrs[key] = remap_attr(v, mapping)
+
+
+# ---------------------------------------------------------------- cloning
+
+
+def clone_op(op: Operation, mapping: dict[Value, Value], namer: Namer | None = None,
+             comments: bool = True) -> Operation:
+    """A detached copy of `op` and its regions. Operands, types and predicates
+    go through `mapping` (values it lacks are kept); the copy's results and
+    region arguments are added to it. `namer` gives the copies fresh names;
+    `comments=False` leaves comments behind."""
+    new = Operation(op.opdef, [mapping.get(v, v) for v in op.operands], None,
+                    {k: remap_attr(v, mapping) for k, v in op.attrs.items() if k not in ("sig", "launch")},
+                    op.loc)
+    for r in op.results:
+        nr = new.add_result(remap_type(r.type, mapping), namer.fresh(r.name) if namer else r.name, r.loc)
+        mapping[r] = nr
+    if comments:
+        new.comments = list(op.comments)
+    if op.written_types is not None:
+        new.written_types = [None if t is None else remap_type(t, mapping) for t in op.written_types]
+    if op.operand_locs is not None:
+        new.operand_locs = list(op.operand_locs)
+    if op.attr_locs is not None:
+        new.attr_locs = dict(op.attr_locs)
+    for region in op.regions:
+        nr = new.add_region()
+        nr.end_loc = region.end_loc
+        clone_args(region, nr, mapping, namer)
+        for inner in region.ops:
+            nr.append(clone_op(inner, mapping, namer, comments))
+    return new
+
+
+def clone_args(src: Region, dst: Region, mapping: dict[Value, Value], namer: Namer | None = None) -> None:
+    for a in src.args:
+        na = BlockArgument(namer.fresh(a.name) if namer else a.name, remap_type(a.type, mapping), dst,
+                           len(dst.args), a.loc)
+        dst.args.append(na)
+        mapping[a] = na
+
+
+# ---------------------------------------------------------------- regions and contexts
+
+
+def is_isolated(region: Region) -> bool:
+    owner = region.owner
+    if owner is None:
+        return True
+    if owner.parent is not None and owner.parent.owner is None:
+        return True  # every region of a top-level op opens a scope of its own
+    return owner.opdef.regions[owner.regions.index(region)].isolated
+
+
+def isolated_region(where: Operation | Region | Value) -> Region | None:
+    """The isolated region (a name scope) that contains `where`."""
+    region: Region | None
+    if isinstance(where, Region):
+        region = where
+    elif isinstance(where, Operation):
+        region = where.parent
+    elif isinstance(where, BlockArgument):
+        region = where.region
+    else:
+        op = getattr(where, "op", None)
+        region = op.parent if op is not None else None
+    while region is not None and not is_isolated(region):
+        owner = region.owner
+        region = owner.parent if owner is not None else None
+    return region
+
+
+def top_level_op(where: Operation | Region | Value) -> Operation | None:
+    """The module-level op whose body holds `where`."""
+    region = isolated_region(where)
+    return region.owner if region is not None else None
+
+
+def context_of(region: Region) -> str | None:
+    """The context (LANGUAGE.md section 3) ops of `region` run in; None at module level."""
+    while region.owner is not None:
+        owner = region.owner
+        spec = owner.opdef.regions[owner.regions.index(region)]
+        if spec.context == "convention":
+            return {"device": F_DEV, "host": F_HOST}.get(owner.attrs.get("convention"), F_ANY)
+        if spec.context is not None:
+            return spec.context
+        if owner.parent is None:
+            return None
+        region = owner.parent
+    return None
+
+
+def region_values(region: Region) -> Iterator[Value]:
+    """Every value defined in `region`: its arguments, results and nested definitions."""
+    yield from region.args
+    for op in region.ops:
+        for inner in op.walk():
+            yield from inner.results
+            for r in inner.regions:
+                yield from r.args
+
+
+# ---------------------------------------------------------------- names
+
+
+class Namer:
+    """Fresh SSA names for one isolated region: the name asked for when free,
+    else `stem_N` with the next N not taken (digits-only names get the next
+    free number)."""
+
+    def __init__(self, region: Region | None = None, taken: Iterable[str] = ()) -> None:
+        self.taken: set[str] = set(taken)
+        if region is not None:
+            self.taken.update(v.name for v in region_values(region))
+        self._next: dict[str, int] = {}  # stem -> the smallest suffix that may be free
+
+    @classmethod
+    def for_op(cls, op: Operation) -> Namer:
+        return cls(isolated_region(op))
+
+    def fresh(self, base: str) -> str:
+        if base and base not in self.taken:
+            self.taken.add(base)
+            return base
+        if not base or _NUMERIC.match(base):
+            stem, n = "", self._next.get("", 0)
+            while str(n) in self.taken:
+                n += 1
+            name = str(n)
+        else:
+            m = _SUFFIX.match(base)
+            stem = m.group(1) if m else base
+            n = self._next.get(stem, 1)
+            while f"{stem}_{n}" in self.taken:
+                n += 1
+            name = f"{stem}_{n}"
+        self._next[stem] = n + 1
+        self.taken.add(name)
+        return name
+
+
+def legalize_names(module: Module) -> int:
+    """Rename every definition that redefines a visible name (or has none),
+    walking each isolated region in text order as the parser does. Returns
+    how many values were renamed."""
+    renamed = 0
+    for top in module.ops:
+        for region in top.regions:
+            namer = Namer(region)
+            renamed += _legalize_region(region, [], namer)
+    return renamed
+
+
+def _legalize_region(region: Region, visible: list[set[str]], namer: Namer) -> int:
+    scope: set[str] = set()
+    visible.append(scope)
+    renamed = 0
+
+    def define(v: Value) -> None:
+        nonlocal renamed
+        if not v.name or any(v.name in s for s in visible):
+            v.name = namer.fresh(v.name)
+            renamed += 1
+        scope.add(v.name)
+
+    for a in region.args:
+        define(a)
+    for op in region.ops:
+        for inner in op.regions:
+            renamed += _legalize_region(inner, visible, namer)
+        for r in op.results:
+            define(r)
+    visible.pop()
+    return renamed
+
+
+
+__all__ = [
+    "Namer",
+    "clone_args",
+    "clone_op",
+    "context_of",
+    "create",
+    "default_attrs",
+    "is_isolated",
+    "isolated_region",
+    "legalize_names",
+    "refs_of",
+    "region_values",
+    "remap_attr",
+    "remap_refs",
+    "remap_type",
+    "top_level_op",
+    "type_refs",
+]

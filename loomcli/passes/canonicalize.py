@@ -1,0 +1,521 @@
+"""`canonicalize`: folding, exact algebraic identities, constant control flow.
+
+Patterns are a table of op name -> functions, run by the one worklist driver
+(`loomcli.passes.rewrite.apply_patterns`). Every rewrite is exact: it keeps
+the value an op computes whenever the op is defined (rewrites may only
+remove undefined behaviour, never add it). Trivially dead pure ops are
+erased as the driver goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from loomcli.ir.builder import legalize_names
+from loomcli.ir.core import Module, Operation, OpResult, Value
+from loomcli.ir.types import I1, INDEX, OFFSET
+from loomcli.passes.fold import (
+    FOLDERS,
+    NOT_CONSTANT,
+    SWAPPED_PREDICATE,
+    UndefinedBehavior,
+    canonical,
+    constant_of,
+    fold_op,
+    pattern,
+    same_value,
+    signed,
+)
+from loomcli.passes.registry import ModulePass, PassContext, option
+from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
+
+
+class Lit(NamedTuple):
+    """A replacement that is a constant still to be materialized."""
+
+    value: Any
+
+
+Simplifier = Callable[[Operation], "Sequence[Value | Lit] | None"]
+
+
+# ---------------------------------------------------------------- replacing results
+
+
+def constant_fits_uses(result: Value, c: Any) -> bool:
+    """A constant the verifier would reject at some use (a constant loop step
+    must be > 0, a dispatch count within [0, 2^32-1]) is not substituted:
+    the program has UB there, and the op stays as written."""
+    for user, i in result.uses:
+        name = user.opdef.name
+        if name == "scf.for" and i == 2 and c <= 0:
+            return False
+        if name == "kernel.dispatch" and i < user.attrs.get("nworkload", 0) and not 0 <= c <= (1 << 32) - 1:
+            return False
+    return True
+
+
+def replace_results(op: Operation, rw: Rewriter, replacements: Sequence[Value | Lit]) -> bool:
+    """Replace each result of `op` by a value or a new constant, then erase it."""
+    for r, rep in zip(op.results, replacements):
+        c = rep.value if isinstance(rep, Lit) else constant_of(rep)
+        if c is not NOT_CONSTANT and not constant_fits_uses(r, c):
+            return False
+    values: list[Value] = []
+    for r, rep in zip(op.results, replacements):
+        if isinstance(rep, Lit):
+            v = rw.constant_before(op, rep.value, r.type, r.name)
+            if op.comments:
+                v.op.comments, op.comments = op.comments, []  # type: ignore[attr-defined]
+            values.append(v)
+        else:
+            values.append(rep)
+    rw.carry_comments(op)
+    rw.replace_op(op, values)
+    return True
+
+
+def simplifier(fn: Simplifier) -> Pattern:
+    """A pattern from a function that names the replacements of an op's results."""
+    def apply(op: Operation, rw: Rewriter) -> bool:
+        replacements = fn(op)
+        return replacements is not None and replace_results(op, rw, replacements)
+    apply.__name__ = fn.__name__
+    apply.__doc__ = fn.__doc__
+    return apply
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _lit(op: Operation, x: Any) -> Lit:
+    return Lit(canonical(x, op.results[0].type))
+
+
+def _int_pattern(v: Value) -> int | None:
+    """The 64-bit (index, offset) or N-bit pattern of an integer constant."""
+    c = constant_of(v)
+    if c is NOT_CONSTANT or isinstance(c, float):
+        return None
+    t = v.type
+    bits = 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
+    return pattern(c, bits)
+
+
+def _bits(v: Value) -> int:
+    t = v.type
+    return 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
+
+
+def _is_int(v: Value, x: int) -> bool:
+    """v is the integer constant x (compared as patterns; -1 is all ones)."""
+    p = _int_pattern(v)
+    return p is not None and p == x & ((1 << _bits(v)) - 1)
+
+
+def _is_signed_one(v: Value) -> bool:
+    p = _int_pattern(v)
+    return p is not None and signed(p, _bits(v)) == 1
+
+
+def _is_float(v: Value, x: float) -> bool:
+    c = constant_of(v)
+    return isinstance(c, float) and same_value(c, x)
+
+
+def _flags(op: Operation) -> tuple[str, ...]:
+    return tuple(op.attrs.get("flags", ()))
+
+
+def _defining(v: Value, name: str) -> Operation | None:
+    if isinstance(v, OpResult) and v.op.opdef.name == name:
+        return v.op
+    return None
+
+
+# ---------------------------------------------------------------- folding
+
+
+@simplifier
+def fold_constants(op: Operation) -> list[Value | Lit] | None:
+    """Every operand constant: the op's results become constants (unless UB)."""
+    args = [constant_of(v) for v in op.operands]
+    if not args or any(a is NOT_CONSTANT for a in args):
+        return None
+    try:
+        values = fold_op(op, args, constant_of)
+    except UndefinedBehavior:
+        return None
+    return None if values is None else [Lit(v) for v in values]
+
+
+# ---------------------------------------------------------------- algebra (integers and index)
+
+COMMUTATIVE = frozenset(
+    [f"index.{n}" for n in ("add", "mul", "min", "max", "andi", "ori", "xori")]
+    + [f"scalar.{n}" for n in ("addi", "muli", "minsi", "maxsi", "minui", "maxui", "andi", "ori", "xori",
+                               "addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf")])
+
+
+def constant_to_right(op: Operation, rw: Rewriter) -> bool:
+    """`c op x` -> `x op c` for commutative ops, so the identities below see one form."""
+    a, b = op.operands[0], op.operands[1]
+    if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
+        return False
+    _swap_operands(op, rw)
+    return True
+
+
+def swap_compare(op: Operation, rw: Rewriter) -> bool:
+    """`cmp P, c, x` -> `cmp swap(P), x, c`."""
+    a, b = op.operands[0], op.operands[1]
+    if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
+        return False
+    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attrs["predicate"]]
+    _swap_operands(op, rw)
+    return True
+
+
+def _swap_operands(op: Operation, rw: Rewriter) -> None:
+    a, b = op.operands[0], op.operands[1]
+    if a is b:
+        return
+    rw.set_operand(op, 0, b)
+    rw.set_operand(op, 1, a)
+    if op.operand_locs and len(op.operand_locs) >= 2:
+        op.operand_locs[0], op.operand_locs[1] = op.operand_locs[1], op.operand_locs[0]
+
+
+@simplifier
+def add_zero(op: Operation) -> list[Value | Lit] | None:
+    """x + 0 -> x;  x - 0 -> x."""
+    return [op.operands[0]] if _is_int(op.operands[1], 0) else None
+
+
+@simplifier
+def sub_self(op: Operation) -> list[Value | Lit] | None:
+    """x - x -> 0."""
+    return [_lit(op, 0)] if op.operands[0] is op.operands[1] else None
+
+
+@simplifier
+def mul_identity(op: Operation) -> list[Value | Lit] | None:
+    """x * 1 -> x;  x * 0 -> 0."""
+    x, c = op.operands
+    if _is_int(c, 1):
+        return [x]
+    if _is_int(c, 0):
+        return [_lit(op, 0)]
+    return None
+
+
+@simplifier
+def div_one(op: Operation) -> list[Value | Lit] | None:
+    """x / 1 -> x (signed forms: the constant's signed reading is 1)."""
+    c = op.operands[1]
+    one = _is_signed_one(c) if op.opdef.name in ("scalar.divsi", "index.div") else _is_int(c, 1)
+    return [op.operands[0]] if one else None
+
+
+@simplifier
+def rem_one(op: Operation) -> list[Value | Lit] | None:
+    """x rem 1 -> 0."""
+    c = op.operands[1]
+    one = _is_signed_one(c) if op.opdef.name in ("scalar.remsi", "index.rem") else _is_int(c, 1)
+    return [_lit(op, 0)] if one else None
+
+
+@simplifier
+def idempotent(op: Operation) -> list[Value | Lit] | None:
+    """min/max/and/or of x with itself -> x."""
+    return [op.operands[0]] if op.operands[0] is op.operands[1] else None
+
+
+@simplifier
+def and_constant(op: Operation) -> list[Value | Lit] | None:
+    """x & 0 -> 0;  x & ~0 -> x."""
+    if _is_int(op.operands[1], 0):
+        return [_lit(op, 0)]
+    if _is_int(op.operands[1], -1):
+        return [op.operands[0]]
+    return None
+
+
+@simplifier
+def or_constant(op: Operation) -> list[Value | Lit] | None:
+    """x | 0 -> x;  x | ~0 -> ~0."""
+    if _is_int(op.operands[1], 0):
+        return [op.operands[0]]
+    if _is_int(op.operands[1], -1):
+        return [_lit(op, -1)]
+    return None
+
+
+@simplifier
+def xor_identity(op: Operation) -> list[Value | Lit] | None:
+    """x ^ 0 -> x;  x ^ x -> 0."""
+    if op.operands[0] is op.operands[1]:
+        return [_lit(op, 0)]
+    if _is_int(op.operands[1], 0):
+        return [op.operands[0]]
+    return None
+
+
+@simplifier
+def shift_zero(op: Operation) -> list[Value | Lit] | None:
+    """x shifted by 0 -> x."""
+    return [op.operands[0]] if _is_int(op.operands[1], 0) else None
+
+
+@simplifier
+def madd_zero(op: Operation) -> list[Value | Lit] | None:
+    """0 * b + c -> c;  a * 0 + c -> c."""
+    a, b, c = op.operands
+    return [c] if _is_int(a, 0) or _is_int(b, 0) else None
+
+
+_SELF_COMPARE = {"eq": True, "sle": True, "sge": True, "ule": True, "uge": True,
+                 "ne": False, "slt": False, "sgt": False, "ult": False, "ugt": False}
+
+
+@simplifier
+def compare_self(op: Operation) -> list[Value | Lit] | None:
+    """x P x -> true or false (integer comparisons)."""
+    if op.operands[0] is not op.operands[1]:
+        return None
+    return [Lit(_SELF_COMPARE[op.attrs["predicate"]])]
+
+
+def reassociate(op: Operation, rw: Rewriter) -> bool:
+    """(x op c1) op c2 -> x op (c1 op c2) for add and mul of index and of
+    integers without overflow flags (the inner op stays if used elsewhere)."""
+    inner_v, c2v = op.operands
+    c2 = constant_of(c2v)
+    inner = _defining(inner_v, op.opdef.name)
+    if c2 is NOT_CONSTANT or inner is None or _flags(op) or _flags(inner):
+        return False
+    x, c1v = inner.operands
+    if constant_of(c1v) is NOT_CONSTANT or constant_of(x) is not NOT_CONSTANT:
+        return False
+    try:
+        combined = fold_op(op, [constant_of(c1v), c2])
+    except UndefinedBehavior:
+        return False  # c1 op c2 leaves the index range: keep the chain
+    if combined is None:
+        return False
+    t = op.results[0].type
+    c = rw.constant_before(op, combined[0], t, rw.fresh_name(op, "c"))
+    rw.set_operand(op, 0, x)
+    rw.set_operand(op, 1, c)
+    return True
+
+
+# ---------------------------------------------------------------- casts
+
+
+@simplifier
+def cast_round_trip(op: Operation) -> list[Value | Lit] | None:
+    """index.cast back to the type it came from (index <-> offset) -> the original."""
+    inner = _defining(op.operands[0], "index.cast")
+    if inner is None:
+        return None
+    x = inner.operands[0]
+    if x.type is op.results[0].type and {x.type, inner.results[0].type} == {INDEX, OFFSET}:
+        return [x]
+    return None
+
+
+@simplifier
+def trunc_of_ext(op: Operation) -> list[Value | Lit] | None:
+    """trunci (extsi|extui x) back to x's type -> x."""
+    for name in ("scalar.extsi", "scalar.extui"):
+        inner = _defining(op.operands[0], name)
+        if inner is not None and inner.operands[0].type is op.results[0].type:
+            return [inner.operands[0]]
+    return None
+
+
+def _undo(producer: str) -> Simplifier:
+    def undo(op: Operation) -> list[Value | Lit] | None:
+        inner = _defining(op.operands[0], producer)
+        if inner is not None and inner.operands[0].type is op.results[0].type:
+            return [inner.operands[0]]
+        return None
+    undo.__name__ = f"undo_{producer.split('.')[1]}"
+    undo.__doc__ = f"op ({producer} x) back to x's type -> x."
+    return undo
+
+
+# ---------------------------------------------------------------- floats (only exact identities)
+
+
+@simplifier
+def addf_negative_zero(op: Operation) -> list[Value | Lit] | None:
+    """x + -0.0 -> x (x + 0.0 is not: -0.0 + 0.0 = 0.0)."""
+    return [op.operands[0]] if _is_float(op.operands[1], -0.0) else None
+
+
+@simplifier
+def subf_zero(op: Operation) -> list[Value | Lit] | None:
+    """x - 0.0 -> x."""
+    return [op.operands[0]] if _is_float(op.operands[1], 0.0) else None
+
+
+@simplifier
+def float_times_one(op: Operation) -> list[Value | Lit] | None:
+    """x * 1.0 -> x;  x / 1.0 -> x."""
+    return [op.operands[0]] if _is_float(op.operands[1], 1.0) else None
+
+
+# ---------------------------------------------------------------- select and assume
+
+
+@simplifier
+def select_simplify(op: Operation) -> list[Value | Lit] | None:
+    """select on a constant -> the taken arm; equal arms -> the arm;
+    select(c, true, false) : i1 -> c."""
+    c, a, b = op.operands
+    cond = constant_of(c)
+    if cond is not NOT_CONSTANT:
+        return [a if cond else b]
+    if a is b:
+        return [a]
+    if op.results[0].type is I1 and constant_of(a) is True and constant_of(b) is False:
+        return [c]
+    return None
+
+
+@simplifier
+def assume_nothing(op: Operation) -> list[Value | Lit] | None:
+    """index.assume with no predicates -> its operands."""
+    return list(op.operands) if not op.attrs.get("preds") else None
+
+
+# ---------------------------------------------------------------- control flow
+
+
+def _yields_fit(op: Operation, values: Sequence[Value]) -> bool:
+    for r, v in zip(op.results, values):
+        c = constant_of(v)
+        if c is not NOT_CONSTANT and not constant_fits_uses(r, c):
+            return False
+    return True
+
+
+def if_constant_condition(op: Operation, rw: Rewriter) -> bool:
+    """scf.if on a constant: the taken region replaces it; its yields are the results."""
+    cond = constant_of(op.operands[0])
+    if cond is NOT_CONSTANT:
+        return False
+    region = op.regions[0 if cond else 1]
+    if not _yields_fit(op, region.ops[-1].operands):
+        return False
+    moved = region.ops[:-1]
+    rw.carry_comments(op, moved[0] if moved else None)
+    values = rw.inline_region_before(region, op, [])
+    rw.replace_op_with_new_values(op, values, moved)
+    return True
+
+
+def if_empty(op: Operation, rw: Rewriter) -> bool:
+    """scf.if without results whose regions do nothing -> erased."""
+    if op.results or any(len(r.ops) > 1 for r in op.regions):
+        return False
+    rw.carry_comments(op)
+    rw.erase_op(op)
+    return True
+
+
+def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
+    """scf.for that runs 0 times -> its inits; exactly once -> its body with IV = lo."""
+    lo, hi, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    clo, chi, cstep = constant_of(lo), constant_of(hi), constant_of(step)
+    zero = lo is hi or (clo is not NOT_CONSTANT and chi is not NOT_CONSTANT and clo >= chi)
+    if zero:
+        if not _yields_fit(op, inits):
+            return False
+        rw.carry_comments(op)
+        rw.replace_op(op, inits)
+        return True
+    if NOT_CONSTANT in (clo, chi, cstep) or cstep <= 0 or clo + cstep < chi:
+        return False
+    body = op.regions[0]
+    if not _yields_fit(op, body.ops[-1].operands) or not constant_fits_uses(body.args[0], clo):
+        return False
+    for arg, init in zip(body.args[1:], inits):
+        c = constant_of(init)
+        if c is not NOT_CONSTANT and not constant_fits_uses(arg, c):
+            return False
+    moved = body.ops[:-1]
+    rw.carry_comments(op, moved[0] if moved else None)
+    values = rw.inline_region_before(body, op, [lo] + inits)
+    rw.replace_op_with_new_values(op, values, moved)
+    return True
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _table() -> dict[str, list[Pattern]]:
+    table: dict[str, list[Pattern]] = {}
+
+    def add(names: Sequence[str], *patterns: Pattern) -> None:
+        for n in names:
+            table.setdefault(n, []).extend(patterns)
+
+    folded = [n for n in FOLDERS if n.startswith(("index.", "scalar.")) or n in ("scf.select", "buffer.pack")]
+    add(folded, fold_constants)
+    add(sorted(COMMUTATIVE), constant_to_right)
+    add(["index.cmp", "scalar.cmpi"], swap_compare, compare_self)
+    add(["index.add", "scalar.addi"], add_zero, reassociate)
+    add(["index.sub", "scalar.subi"], add_zero, sub_self)
+    add(["index.mul", "scalar.muli"], mul_identity, reassociate)
+    add(["index.div", "scalar.divsi", "scalar.divui"], div_one)
+    add(["index.rem", "scalar.remsi", "scalar.remui"], rem_one)
+    add(["index.min", "index.max", "scalar.minsi", "scalar.maxsi", "scalar.minui", "scalar.maxui",
+         "scalar.minimumf", "scalar.maximumf", "scalar.minnumf", "scalar.maxnumf"], idempotent)
+    add(["index.andi", "scalar.andi"], idempotent, and_constant)
+    add(["index.ori", "scalar.ori"], idempotent, or_constant)
+    add(["index.xori", "scalar.xori"], xor_identity)
+    add(["index.shli", "index.shrsi", "index.shrui", "scalar.shli", "scalar.shrsi", "scalar.shrui"], shift_zero)
+    add(["index.madd"], madd_zero)
+    add(["index.cast"], cast_round_trip)
+    add(["scalar.trunci"], trunc_of_ext)
+    add(["scalar.negf"], simplifier(_undo("scalar.negf")))
+    add(["scalar.bitcast"], simplifier(_undo("scalar.bitcast")))
+    add(["scalar.fptrunc"], simplifier(_undo("scalar.extf")))
+    add(["scalar.addf"], addf_negative_zero)
+    add(["scalar.subf"], subf_zero)
+    add(["scalar.mulf", "scalar.divf"], float_times_one)
+    add(["scf.select"], select_simplify)
+    add(["index.assume"], assume_nothing)
+    add(["scf.if"], if_constant_condition, if_empty)
+    add(["scf.for"], for_trivial_trip)
+    return table
+
+
+PATTERNS: dict[str, list[Pattern]] = _table()
+
+
+@dataclass(frozen=True)
+class Canonicalize(ModulePass):
+    name = "canonicalize"
+    summary = "Fold constants, apply exact algebraic identities, fold constant scf.if/select and trivial loops."
+
+    max_iterations: int = option("sweeps of the worklist before giving up on a fixed point", 10, minimum=1)
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        apply_patterns(module, PATTERNS, max_iterations=self.max_iterations)
+
+
+def canonicalize(module: Module, max_iterations: int = 10) -> bool:
+    """Canonicalize `module` in place; returns whether anything changed."""
+    changed = apply_patterns(module, PATTERNS, max_iterations=max_iterations)
+    legalize_names(module)
+    return changed
+
+
+__all__ = ["PATTERNS", "Canonicalize", "Lit", "canonicalize", "constant_fits_uses", "replace_results", "simplifier"]
