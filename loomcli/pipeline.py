@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.core import Module
+from loomcli.ir.gcpause import gc_paused
 from loomcli.link.config import BindingCollector, ConfigBindings, bind_module
 from loomcli.link.index import LinkIndex
 from loomcli.link.linker import LinkResult, link
@@ -68,8 +69,13 @@ def collect_bindings(options: LinkOptions, index: LinkIndex) -> ConfigBindings:
     return collector.result()
 
 
-def link_and_bind(options: LinkOptions, path: str = "<linked>", diagnostics_format: str = "text") -> Linked:
+def link_and_bind(options: LinkOptions, path: str = "<linked>") -> Linked:
     """Link the inputs, then apply every config binding (LANGUAGE.md 11-12)."""
+    with gc_paused():
+        return _link_and_bind(options, path)
+
+
+def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     index = LinkIndex.build(options.inputs, options.libraries)
     result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved,
                   path)
@@ -140,7 +146,18 @@ class Compiled:
 
 def compile_module(options: CompileOptions) -> Compiled:
     """Link the input's roots against the libraries, bind config, select
-    templates for the profile and run the pass pipeline."""
+    templates for the profile and run the pass pipeline.
+
+    The cyclic collector pauses meanwhile: a compile builds mostly
+    long-lived IR, and with a large index alive every collection would
+    rescan it (measured: link time per kernel doubled from 200 to 800
+    kernels). The garbage of one compile is collected after it.
+    """
+    with gc_paused():
+        return _compile_module(options)
+
+
+def _compile_module(options: CompileOptions) -> Compiled:
     from loomcli.passes.select import select_templates
 
     index = LinkIndex.build([options.input], options.libraries)

@@ -55,7 +55,7 @@ def link(inputs: tuple[str, ...], libraries: tuple[str, ...], roots: tuple[str, 
                           include_exports=include_exports, allow_unresolved=allow_unresolved,
                           require_resolved_config=require_resolved_config, config=config_pairs,
                           config_files=config_files, strip_checks=strip_checks)
-    linked = link_and_bind(options, output or "<linked>", diagnostics_format)
+    linked = link_and_bind(options, output or "<linked>")
     DiagnosticPrinter(diagnostics_format).emit(linked.warnings)
     if print_plan:
         click.echo("\n".join(linked.plan))

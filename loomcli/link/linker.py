@@ -56,6 +56,7 @@ class _Linker:
         self.resolved: dict[tuple[int, str], Ref | None] = {}
         self.providers: dict[str, list[Ref]] = {}
         self.first_decl: dict[tuple[str, str], Ref] = {}
+        self._import_memo: dict[int, dict[str, tuple[str, Operation]]] = {}
         self._assign_names()
 
     # ---------------------------------------------------------------- naming
@@ -143,7 +144,11 @@ class _Linker:
         return self.first_decl.get((info.op_name, name), (i, info.position))
 
     def _imports(self, i: int) -> dict[str, tuple[str, Operation]]:
+        """`module.import` constraints of input i: symbol -> (key, import op); computed once."""
+        if i in self._import_memo:
+            return self._import_memo[i]
         out: dict[str, tuple[str, Operation]] = {}
+        self._import_memo[i] = out
         for op in self.index.inputs[i].module().ops:
             if op.name == "module.import":
                 for s in op.attrs.get("symbols", ()):
