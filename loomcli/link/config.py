@@ -279,6 +279,8 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
         b = bindings.get(key)
         t = op.attrs["type"]
         if b is None:
+            if op.name == "config.def":  # the lowest binding level: a definition in the input
+                values[key] = op.attrs["value"]
             continue
         value = coerce(b.value, t)
         if value is None:

@@ -180,14 +180,15 @@ def run_passes(module: Module, pipeline: str | Pipeline, *, bindings: Any = None
 def describe_passes() -> list[str]:
     """`loom opt --list-passes`: each pass, its summary and options."""
     lines = []
+    width = max(len(n) for n in pass_names())
     for name in pass_names():
         cls = get_pass(name)
         assert cls is not None
-        lines.append(f"{name:<14} {cls.summary}")
+        lines.append(f"{name:<{width}}  {cls.summary}")
         for o in cls.options():
             lines.append(f"  {o.describe()}")
-    lines.append(f"{'default':<14} " + ",".join(DEFAULT_PIPELINE))
-    lines.append(f"{'none':<14} no passes")
+    lines.append(f"{'default':<{width}}  " + ",".join(DEFAULT_PIPELINE))
+    lines.append(f"{'none':<{width}}  no passes")
     return lines
 
 

@@ -93,6 +93,8 @@ _REGISTRY: dict[str, str | type[ModulePass]] = {
     "cse": "loomcli.passes.cse:CommonSubexpressionElimination",
     "dce": "loomcli.passes.dce:DeadCodeElimination",
     "inline": "loomcli.passes.inline:Inline",
+    "select-templates": "loomcli.passes.specialize:SelectTemplates",
+    "specialize-config": "loomcli.passes.specialize:SpecializeConfig",
     "symbol-dce": "loomcli.passes.dce:SymbolDCE",
     "unroll": "loomcli.passes.unroll:Unroll",
 }
