@@ -77,8 +77,9 @@ def link_and_bind(options: LinkOptions, path: str = "<linked>") -> Linked:
 
 def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     index = LinkIndex.build(options.inputs, options.libraries)
+    # A linked module is named for its first input: stable whatever the output is called.
     result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved,
-                  path)
+                  index.inputs[0].path if index.inputs else path)
     bindings = collect_bindings(options, index)
     diags = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
     if has_errors(diags):

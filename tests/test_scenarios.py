@@ -7,6 +7,7 @@ Each `tests/scenarios/*.txt` file holds scenarios:
                              the expectations are about the last one
     == a.loom                a file to create (until the next header)
     -- stdout / -- stderr    the exact expected output
+    -- file NAME             the exact expected content of a file the command wrote
     -- exit N                the expected exit status (default 0)
 
 A blank line that ends a section only separates it from the next header.
@@ -36,6 +37,7 @@ class Scenario:
     stdout: str | None = None
     stderr: str | None = None
     exit: int = 0
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 def load(path: Path) -> list[Scenario]:
@@ -57,6 +59,8 @@ def load(path: Path) -> list[Scenario]:
             current.stdout = text
         elif kind == "stderr":
             current.stderr = text
+        elif kind == "output":
+            current.outputs[arg] = text
 
     for line in path.read_text().splitlines(keepends=True):
         if line.startswith("### "):
@@ -77,6 +81,9 @@ def load(path: Path) -> list[Scenario]:
             section, buf = None, []
             assert current is not None
             current.exit = int(line.split()[2])
+        elif line.startswith("-- file "):
+            flush()
+            section, buf = ("output", line[len("-- file "):].strip()), []
         elif line.rstrip("\n") in ("-- stdout", "-- stderr"):
             flush()
             section, buf = (line[3:].strip(), ""), []
@@ -114,6 +121,8 @@ def test_scenario(scenario: Scenario, tmp_path: Path, monkeypatch: pytest.Monkey
     if scenario.stderr is not None:
         assert err == scenario.stderr
     assert (exit_info.value.code or 0) == scenario.exit, err
+    for name, text in scenario.outputs.items():
+        assert (tmp_path / name).read_text() == text, name
 
 
 def test_scenario_files_are_well_formed() -> None:

@@ -112,6 +112,11 @@ class LinkIndex:
                 errors.extend(e.diagnostics)
         if errors:
             raise CompileError(errors)
+        # Libraries form a set: their order on the command line must not change
+        # the output, so they are taken in key order. Inputs keep theirs, which
+        # decides renaming (LANGUAGE.md 17.24).
+        items = [i for i in items if not i.library] + sorted((i for i in items if i.library),
+                                                             key=lambda i: (i.key, i.path))
         seen: dict[str, str] = {}
         for item in items:
             if item.key in seen:
