@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.generate import generate  # noqa: E402
+from bench.generate import generate
 
 
 def median_time(fn, repeat: int) -> float:

@@ -8,7 +8,7 @@ diagnostics in a `Diagnostics` list; phases that stop at the first error raise
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # The code table of LANGUAGE.md section 14: code -> message template.
 CODES: dict[str, str] = {
@@ -82,7 +82,7 @@ class Diagnostic:
     end_column: int = 0
 
     @classmethod
-    def make(cls, code: str, file: str, loc: tuple[int, int], severity: str = "error", **fields: object) -> "Diagnostic":
+    def make(cls, code: str, file: str, loc: tuple[int, int], severity: str = "error", **fields: object) -> Diagnostic:
         message = CODES[code].format(**fields)
         return cls(code, message, file, loc[0], loc[1], severity)
 

@@ -7,8 +7,9 @@ input errors and returns warnings alongside its result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.core import Module
@@ -190,6 +191,6 @@ def _compiled_path(input_path: str) -> str:
 
 def run_pipeline(module: Module, text: str, **context: Any) -> None:
     """Parse pipeline text and run it on `module` in place."""
-    from loomcli.passes.pipeline import parse_pipeline, run_passes  # noqa: F401  (lands with the passes)
+    from loomcli.passes.pipeline import parse_pipeline, run_passes
 
     run_passes(module, parse_pipeline(text), **context)

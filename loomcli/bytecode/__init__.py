@@ -3,4 +3,4 @@
 from loomcli.bytecode.reader import SymbolEntry, read_module, read_symbol_table
 from loomcli.bytecode.writer import write_module
 
-__all__ = ["write_module", "read_module", "read_symbol_table", "SymbolEntry"]
+__all__ = ["SymbolEntry", "read_module", "read_symbol_table", "write_module"]

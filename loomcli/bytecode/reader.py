@@ -19,9 +19,9 @@ from typing import Any
 from loomcli.bytecode import layout as L
 from loomcli.bytecode.writer import symbol_fields
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, PREDICATE_ARITY, SymbolRef
-from loomcli.ir.gcpause import gc_paused
+from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signature, Value
+from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS
 from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType
 
@@ -104,7 +104,7 @@ def _uv(data: bytes, pos: int) -> tuple[int, int]:
 
 
 class _Header:
-    __slots__ = ("debug", "strings", "path", "end_comments", "entries", "payload_base")
+    __slots__ = ("debug", "end_comments", "entries", "path", "payload_base", "strings")
 
 
 def _check_count(n: int, pos: int, end: int, what: str, per: int = 1) -> None:
@@ -117,7 +117,7 @@ class _Strings:
     read_module). Lazy: each string decoded at most once, on first use (for
     read_symbol_table, which needs only a few)."""
 
-    __slots__ = ("data", "offsets", "cache", "list")
+    __slots__ = ("cache", "data", "list", "offsets")
 
     def __init__(self, data: bytes, offsets: list[int], eager: bool) -> None:
         self.data = data
@@ -264,7 +264,7 @@ def read_symbol_table(data: bytes, path: str = "<bytecode>") -> list[SymbolEntry
 class _Payload:
     """Decodes one payload; `pos` is threaded through the methods explicitly."""
 
-    __slots__ = ("data", "end", "strs", "nstrs", "debug", "values", "opdefs", "types", "base_line")
+    __slots__ = ("base_line", "data", "debug", "end", "nstrs", "opdefs", "strs", "types", "values")
 
     def __init__(self, data: bytes, strs: list[str], debug: bool, opdefs: dict, types: dict) -> None:
         self.data = data

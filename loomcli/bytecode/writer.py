@@ -12,7 +12,7 @@ import struct
 from typing import Any
 
 from loomcli.bytecode import layout as L
-from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, PREDICATE_ARITY, SymbolRef
+from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import LocalName, Module, Operation, Signature, Value
 from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ScalarType, ShapedType, Type
 
@@ -57,7 +57,7 @@ class _Strings:
 class _PayloadWriter:
     """Encodes one top-level op with its own value table."""
 
-    __slots__ = ("out", "s", "debug", "values", "types", "base_line")
+    __slots__ = ("base_line", "debug", "out", "s", "types", "values")
 
     def __init__(self, strings: _Strings, debug: bool) -> None:
         self.out = bytearray()

@@ -9,7 +9,8 @@ comments attached to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.types import Type
@@ -23,7 +24,7 @@ Loc = tuple[int, int]  # (line, column), both 1-based; (0, 0) when unknown
 class Value:
     """An SSA value. `uses` lists (operation, operand index) pairs."""
 
-    __slots__ = ("name", "type", "uses", "loc")
+    __slots__ = ("loc", "name", "type", "uses")
 
     def __init__(self, name: str, type: Type, loc: Loc = (0, 0)) -> None:
         self.name = name
@@ -31,7 +32,7 @@ class Value:
         self.uses: list[tuple[Operation, int]] = []
         self.loc = loc
 
-    def replace_all_uses_with(self, other: "Value") -> None:
+    def replace_all_uses_with(self, other: Value) -> None:
         for op, i in self.uses:
             op.operands[i] = other
             other.uses.append((op, i))
@@ -42,9 +43,9 @@ class Value:
 
 
 class OpResult(Value):
-    __slots__ = ("op", "index")
+    __slots__ = ("index", "op")
 
-    def __init__(self, name: str, type: Type, op: "Operation", index: int, loc: Loc = (0, 0)) -> None:
+    def __init__(self, name: str, type: Type, op: Operation, index: int, loc: Loc = (0, 0)) -> None:
         super().__init__(name, type, loc)
         self.op = op
         self.index = index
@@ -53,9 +54,9 @@ class OpResult(Value):
 class BlockArgument(Value):
     """An argument of a region: a signature argument, loop IV, carried value."""
 
-    __slots__ = ("region", "index")
+    __slots__ = ("index", "region")
 
-    def __init__(self, name: str, type: Type, region: "Region | None", index: int, loc: Loc = (0, 0)) -> None:
+    def __init__(self, name: str, type: Type, region: Region | None, index: int, loc: Loc = (0, 0)) -> None:
         super().__init__(name, type, loc)
         self.region = region
         self.index = index
@@ -91,31 +92,42 @@ class Signature:
 class Region:
     """A region: one block of block arguments and operations."""
 
-    __slots__ = ("args", "ops", "owner", "end_loc")
+    __slots__ = ("args", "end_loc", "ops", "owner")
 
-    def __init__(self, owner: "Operation | None" = None) -> None:
+    def __init__(self, owner: Operation | None = None) -> None:
         self.args: list[Value] = []
         self.ops: list[Operation] = []
         self.owner = owner
         self.end_loc: Loc = (0, 0)  # the closing `}`, for diagnostics
 
-    def append(self, op: "Operation") -> "Operation":
+    def append(self, op: Operation) -> Operation:
         op.parent = self
         self.ops.append(op)
         return op
 
     @property
-    def terminator(self) -> "Operation | None":
+    def terminator(self) -> Operation | None:
         return self.ops[-1] if self.ops else None
 
 
 class Operation:
     """One operation. Attributes are keyed by the names its `OpDef` declares."""
 
-    __slots__ = ("opdef", "operands", "results", "attrs", "regions", "loc", "comments",
-                 "parent", "operand_locs", "written_types", "attr_locs")
+    __slots__ = (
+        "attr_locs",
+        "attrs",
+        "comments",
+        "loc",
+        "opdef",
+        "operand_locs",
+        "operands",
+        "parent",
+        "regions",
+        "results",
+        "written_types",
+    )
 
-    def __init__(self, opdef: "OpDef", operands: list[Value] | None = None,
+    def __init__(self, opdef: OpDef, operands: list[Value] | None = None,
                  result_types: list[Type] | None = None, attrs: dict[str, Any] | None = None,
                  loc: Loc = (0, 0)) -> None:
         self.opdef = opdef
@@ -178,7 +190,7 @@ class Operation:
     def symbol(self) -> str | None:
         return self.attrs.get("sym")
 
-    def walk(self) -> Iterator["Operation"]:
+    def walk(self) -> Iterator[Operation]:
         """Pre-order walk of this op and everything nested in it."""
         stack = [self]
         while stack:
@@ -188,7 +200,7 @@ class Operation:
                 stack.extend(reversed(region.ops))
 
     @property
-    def parent_op(self) -> "Operation | None":
+    def parent_op(self) -> Operation | None:
         return self.parent.owner if self.parent is not None else None
 
     def __repr__(self) -> str:
@@ -198,7 +210,7 @@ class Operation:
 class Module:
     """A `.loom` file: a flat list of top-level ops plus trailing comments."""
 
-    __slots__ = ("body", "path", "end_comments")
+    __slots__ = ("body", "end_comments", "path")
 
     def __init__(self, path: str = "<memory>") -> None:
         self.body = Region(None)

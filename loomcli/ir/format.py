@@ -16,7 +16,8 @@ Conventions for attributes that directives fill:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from loomcli.ir.attrs import Ident
 from loomcli.ir.core import Signature
@@ -31,10 +32,10 @@ if TYPE_CHECKING:
 class Directive:
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         raise NotImplementedError
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         raise NotImplementedError
 
 
@@ -44,7 +45,7 @@ class Directive:
 class Kind(Directive):
     """`<word>` glued to the op name; with `flags`, a `|`-joined set in declaration order."""
 
-    __slots__ = ("words", "flags", "optional", "attr")
+    __slots__ = ("attr", "flags", "optional", "words")
 
     def __init__(self, words: Sequence[str], flags: bool = False, optional: bool = False, attr: str = "kind") -> None:
         self.words = tuple(words)
@@ -52,7 +53,7 @@ class Kind(Directive):
         self.optional = optional or flags
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not p.at("<"):
             if not self.optional:
                 p.fail_expected("`<`")
@@ -82,7 +83,7 @@ class Kind(Directive):
         else:
             op.attrs[self.attr] = seen[0]
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         value = op.attrs.get(self.attr)
         if self.flags:
             if value:
@@ -99,7 +100,7 @@ class SymKind(Directive):
     def __init__(self, attr: str) -> None:
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not p.at("<"):
             p.fail_expected("`<`")
         p.advance()
@@ -107,7 +108,7 @@ class SymKind(Directive):
         op.attrs[self.attr] = p.expect_symbol()
         p.expect(">")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.glue(f"<@{op.attrs[self.attr]}>")
 
 
@@ -117,10 +118,10 @@ class Keyword(Directive):
     def __init__(self, word: str) -> None:
         self.word = word
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect_word(self.word)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(self.word)
 
 
@@ -130,10 +131,10 @@ class Punct(Directive):
     def __init__(self, text: str) -> None:
         self.text = text
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(self.text)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(self.text)
 
 
@@ -148,7 +149,7 @@ class Operands(Directive):
     def __init__(self, segment: str | None = None) -> None:
         self.segment = segment
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         start = len(op.operands)
         if p.at_ssa() and not p.at_results():  # `func.return` then `%x = …` on the next line
             p.parse_operand(op)
@@ -158,7 +159,7 @@ class Operands(Directive):
         if self.segment:
             op.attrs[self.segment] = len(op.operands) - start
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         if self.segment:
             start = _segment_start(op, self.segment)
             values = op.operands[start:start + op.attrs[self.segment]]
@@ -168,7 +169,7 @@ class Operands(Directive):
             pr.word(", ".join(pr.value(v) for v in values))
 
 
-def _segment_start(op: "Operation", segment: str) -> int:
+def _segment_start(op: Operation, segment: str) -> int:
     """Operands before a named segment are the ones its op declares earlier."""
     start = 0
     for name in op.opdef.segments:
@@ -186,14 +187,14 @@ class Leading(Directive):
     def __init__(self, sep: str = ",") -> None:
         self.sep = sep
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.parse_operand(op)
         if self.sep == ",":
             p.expect(",")
         else:
             p.expect_word(self.sep)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         text = pr.value(op.operands[0])
         pr.word(text + "," if self.sep == "," else f"{text} {self.sep}")
 
@@ -206,7 +207,7 @@ class Predicate(Directive):
     def __init__(self, words: Sequence[str]) -> None:
         self.words = tuple(words)
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         loc = p.offset
         word = p.expect_ident("a predicate")
         if word not in self.words:
@@ -214,7 +215,7 @@ class Predicate(Directive):
         op.attrs["predicate"] = word
         p.expect(",")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(op.attrs["predicate"] + ",")
 
 
@@ -226,11 +227,11 @@ class Literal(Directive):
     def __init__(self, attr: str = "value") -> None:
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
         op.attrs[self.attr] = p.parse_literal()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(pr.literal(op.attrs[self.attr]))
 
 
@@ -242,7 +243,7 @@ class Indexed(Directive):
     def __init__(self, literals: bool = True) -> None:
         self.literals = literals
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.parse_operand(op)
         if not p.at("["):
             p.fail_expected("`[`")
@@ -263,7 +264,7 @@ class Indexed(Directive):
         p.expect("]")
         op.attrs["indices"] = tuple(template)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         template = op.attrs["indices"]
         start = _indexed_base(op)
         dynamic = iter(op.operands[start + 1:start + 1 + template.count(None)])
@@ -278,7 +279,7 @@ def _shown(value: object) -> str:
     return Printer().attribute(value)
 
 
-def _indexed_base(op: "Operation") -> int:
+def _indexed_base(op: Operation) -> int:
     """Position of the indexed base among the operands (after leading values)."""
     return op.opdef.indexed_base
 
@@ -287,7 +288,7 @@ class KwParen(Directive):
     """`word(...)` where the inside is an int, a literal, a literal list, a
     string, an identifier, an operand or an operand group."""
 
-    __slots__ = ("word", "inner", "attr", "optional")
+    __slots__ = ("attr", "inner", "optional", "word")
 
     def __init__(self, word: str, inner: str, attr: str | None = None, optional: bool = False) -> None:
         self.word = word
@@ -295,7 +296,7 @@ class KwParen(Directive):
         self.attr = attr or word
         self.optional = optional
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not p.at_word(self.word):
             if self.optional:
                 return
@@ -329,7 +330,7 @@ class KwParen(Directive):
             op.attrs[self.attr] = len(op.operands) - start
         p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         inner = self.inner
         if inner == "operand":
             index = op.opdef.operand_keywords.index(self.word)
@@ -365,7 +366,7 @@ class Dict(Directive):
         self.attr = attr
         self.keys = keys
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if self.keys is None:
             if p.at("{"):
                 p.record_loc(op, self.attr)
@@ -396,7 +397,7 @@ class Dict(Directive):
                 p.fail("PARSE/003", p.starts[p.i - 1], expected=f"`{key}`", found="`}`")
         op.attrs[self.attr] = d
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         d = op.attrs.get(self.attr)
         if d:
             pr.word(pr.dictionary(d))
@@ -407,10 +408,10 @@ class Preds(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         op.attrs["preds"] = p.parse_preds()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(pr.preds(op.attrs["preds"]))
 
 
@@ -422,7 +423,7 @@ class Callee(Directive):
     def __init__(self, workload: bool) -> None:
         self.workload = workload
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, "callee")
         op.attrs["callee"] = p.expect_symbol()
         nwork = 0
@@ -439,7 +440,7 @@ class Callee(Directive):
         op.attrs["nworkload"] = nwork
         ParenOperands().parse(p, op)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         n = op.attrs.get("nworkload", 0)
         text = "@" + op.attrs["callee"]
         if n:
@@ -453,7 +454,7 @@ class ParenOperands(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not p.at("("):
             p.fail_expected("`(`")
         p.advance()
@@ -464,7 +465,7 @@ class ParenOperands(Directive):
                 p.parse_operand(op)
         p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         start = op.attrs.get("nworkload", 0)
         pr.glue("(" + ", ".join(pr.value(v) for v in op.operands[start:]) + ")")
 
@@ -474,7 +475,7 @@ class Pack(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect("[")
         aligns = []
         while True:
@@ -492,7 +493,7 @@ class Pack(Directive):
         p.expect("]")
         op.attrs["aligns"] = tuple(aligns)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         parts = [f"align({a}) {pr.value(v)}" for a, v in zip(op.attrs["aligns"], op.operands)]
         pr.word("[" + ", ".join(parts) + "]")
 
@@ -500,7 +501,7 @@ class Pack(Directive):
 # ---------------------------------------------------------------- types
 
 
-def _which(op: "Operation", which: Sequence[int] | None) -> list[int]:
+def _which(op: Operation, which: Sequence[int] | None) -> list[int]:
     return list(range(len(op.operands))) if which is None else [i for i in which if i < len(op.operands)]
 
 
@@ -509,7 +510,7 @@ class TypeSame(Directive):
     with `result`, of the one result (`result` may also be a fixed type such
     as i1 for comparisons, or "pack" for buffer.pack's offsets)."""
 
-    __slots__ = ("operands", "result", "legacy_arrow")
+    __slots__ = ("legacy_arrow", "operands", "result")
 
     def __init__(self, operands: Sequence[int] | None = None, result: bool | Type | str = True,
                  legacy_arrow: bool = False) -> None:
@@ -517,7 +518,7 @@ class TypeSame(Directive):
         self.result = result
         self.legacy_arrow = legacy_arrow
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         t = p.parse_type()
         if self.legacy_arrow and (p.at("->") or p.at(",")):
@@ -531,7 +532,7 @@ class TypeSame(Directive):
         elif isinstance(self.result, Type):
             p.result_types.append(self.result)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         if self.result is True or self.result == "pack":
             t = op.results[0].type
         else:
@@ -543,7 +544,7 @@ class TypeEach(Directive):
     """`: T0, T1, ...` one type per listed operand; results mirror all
     operands (`mirror=True`) or one of them (`mirror=k`)."""
 
-    __slots__ = ("operands", "mirror", "legacy_arrow")
+    __slots__ = ("legacy_arrow", "mirror", "operands")
 
     def __init__(self, operands: Sequence[int] | None = None, mirror: bool | int | None = None,
                  legacy_arrow: bool = False) -> None:
@@ -551,7 +552,7 @@ class TypeEach(Directive):
         self.mirror = mirror
         self.legacy_arrow = legacy_arrow
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         which = _which(op, self.operands)
         types: list[Type] = []
         if p.at(":"):
@@ -575,7 +576,7 @@ class TypeEach(Directive):
             if 0 <= k < len(types):
                 p.result_types.append(types[k])
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         which = _which(op, self.operands)
         if which:
             pr.word(": " + ", ".join(pr.type(op.operands[i].type) for i in which))
@@ -590,7 +591,7 @@ class TypeArrow(Directive):
         self.operands = tuple(operands)
         self.sep = sep
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         types = [p.parse_type()]
         while p.at(","):
@@ -608,7 +609,7 @@ class TypeArrow(Directive):
                 p.write_type(op, i, t)
         p.result_types.append(result)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         ins = ", ".join(pr.type(op.operands[i].type) for i in self.operands)
         pr.word(f": {ins} {self.sep} {pr.type(op.results[0].type)}")
 
@@ -622,7 +623,7 @@ class CallTypes(Directive):
     def __init__(self, results: bool = True) -> None:
         self.results = results
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         written: list[Type] = []
         nwork = 0
@@ -652,7 +653,7 @@ class CallTypes(Directive):
                 p.result_types.extend(p.parse_type_list(")"))
             p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         n = op.attrs.get("nworkload", 0)
         types = [pr.type(v.type) for v in op.operands]
         text = ": "
@@ -669,7 +670,7 @@ class ResultTypes(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if p.at("->"):
             p.advance()
             p.expect("(")
@@ -677,7 +678,7 @@ class ResultTypes(Directive):
                 p.result_types.extend(p.parse_type_list(")"))
             p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         if op.results:
             pr.word("-> (" + ", ".join(pr.type(r.type) for r in op.results) + ")")
 
@@ -687,12 +688,12 @@ class TypeAttr(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         p.record_loc(op, "type")
         op.attrs["type"] = p.parse_type()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(": " + pr.type(op.attrs["type"]))
 
 
@@ -707,10 +708,10 @@ class Region(Directive):
     def __init__(self, index: int) -> None:
         self.index = index
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.parse_region(op, self.index)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.region(op, self.index)
 
 
@@ -719,14 +720,14 @@ class Else(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         written = p.at_word("else")
         if written:
             p.advance()
         op.attrs["else"] = written
         p.parse_region(op, 1, written=written)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         if op.attrs.get("else") or not pr.region_is_trivial(op.regions[1]):
             pr.word("else")
             pr.region(op, 1)
@@ -741,7 +742,7 @@ class Bindings(Directive):
     def __init__(self, optional: bool) -> None:
         self.optional = optional
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not p.at("("):
             if not self.optional:
                 p.fail_expected("`(`")
@@ -762,7 +763,7 @@ class Bindings(Directive):
                 p.advance()
         p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         lead = op.opdef.leading_operands
         inits = op.operands[lead:]
         args = op.regions[0].args[len(op.regions[0].args) - len(inits):]
@@ -777,7 +778,7 @@ class ForHeader(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         name_off = p.offset
         name = p.expect_ssa()
         p.expect("=")
@@ -791,7 +792,7 @@ class ForHeader(Directive):
         iv_type = op.operands[0].type
         p.pending_args.append((name, iv_type, name_off))
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         lo, hi, step = (pr.value(v) for v in op.operands[:3])
         pr.word(f"{pr.value(op.regions[0].args[0])} = [{lo} to {hi} step {step}]")
 
@@ -801,13 +802,13 @@ class Do(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect_word("do")
         if p.at("("):
             p.parse_arg_list()
         p.parse_region(op, 1)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         args = op.regions[1].args
         if args:
             pr.word("do(" + ", ".join(f"{pr.value(a)}: {pr.type(a.type)}" for a in args) + ")")
@@ -833,7 +834,7 @@ class Modifiers(Directive):
     def __init__(self, allowed: Sequence[str]) -> None:
         self.allowed = frozenset(allowed)
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         rank = -1
         while p.at_ident() and not p.at_word("where"):
             loc = p.offset
@@ -867,7 +868,7 @@ class Modifiers(Directive):
                 p.record_loc(op, "requires")
                 op.attrs["requires"] = p.parse_attr_list()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         a = op.attrs
         for word in ("public", "retain"):
             if a.get(word):
@@ -896,11 +897,11 @@ class SymName(Directive):
     def __init__(self, attr: str = "sym") -> None:
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
         op.attrs[self.attr] = p.expect_symbol()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word("@" + op.attrs[self.attr])
 
 
@@ -909,14 +910,14 @@ class SigArgs(Directive):
     arguments of region `region` (definitions) or local names (declarations).
     `attr` is `sig` or `launch` (a kernel's device list)."""
 
-    __slots__ = ("attr", "region", "glued")
+    __slots__ = ("attr", "glued", "region")
 
     def __init__(self, attr: str = "sig", region: int | None = None, glued: bool = True) -> None:
         self.attr = attr
         self.region = region
         self.glued = glued
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if not self.glued:
             p.expect_word(self.attr)
         if not p.at("("):
@@ -924,7 +925,7 @@ class SigArgs(Directive):
         args = p.parse_signature_args(op, self.region)
         op.attrs[self.attr] = Signature(args)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         sig: Signature = op.attrs[self.attr]
         text = "(" + ", ".join(f"{pr.value(a)}: {pr.type(a.type)}" for a in sig.args) + ")"
         if self.glued:
@@ -938,7 +939,7 @@ class SigResults(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if p.at("->"):
             p.advance()
             p.expect("(")
@@ -947,7 +948,7 @@ class SigResults(Directive):
                 op.attrs["sig"].results = p.parse_type_list(")")
             p.expect(")")
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         results = op.attrs["sig"].results
         if results:
             pr.word("-> (" + ", ".join(pr.type(t) for t in results) + ")")
@@ -961,12 +962,12 @@ class Where(Directive):
     def __init__(self, attr: str = "sig") -> None:
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         if p.at_word("where"):
             p.advance()
             op.attrs[self.attr].where = p.parse_preds()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         where = op.attrs[self.attr].where
         if where is not None:
             pr.word("where " + pr.preds(where))
@@ -977,7 +978,7 @@ class ConfigDeclType(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         if p.at_ssa():
             args = p.parse_local_binding(op)
@@ -990,7 +991,7 @@ class ConfigDeclType(Directive):
             p.record_loc(op, "type")
             op.attrs["type"] = p.parse_type()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         sig = op.attrs.get("sig")
         if sig is None:
             pr.word(": " + pr.type(op.attrs["type"]))
@@ -1004,7 +1005,7 @@ class SymbolList(Directive):
 
     __slots__ = ()
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.expect("[")
         names: list[str] = []
         while True:
@@ -1016,7 +1017,7 @@ class SymbolList(Directive):
         p.expect("]")
         op.attrs["symbols"] = tuple(names)
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word("[" + ", ".join("@" + s for s in sorted(set(op.attrs["symbols"]))) + "]")
 
 
@@ -1026,11 +1027,11 @@ class StringAttr(Directive):
     def __init__(self, attr: str) -> None:
         self.attr = attr
 
-    def parse(self, p: "Parser", op: "Operation") -> None:
+    def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
         op.attrs[self.attr] = p.parse_string()
 
-    def print(self, pr: "Printer", op: "Operation") -> None:
+    def print(self, pr: Printer, op: Operation) -> None:
         pr.word(pr.literal(op.attrs[self.attr]))
 
 

@@ -6,7 +6,7 @@ dead-symbol removal and renaming need no other knowledge of op semantics.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from loomcli.ir.core import Operation
 

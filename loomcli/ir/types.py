@@ -24,7 +24,7 @@ class Type:
 class ScalarType(Type):
     """A non-shaped type: integers, floats, index, offset, buffer."""
 
-    __slots__ = ("name", "category", "bits")
+    __slots__ = ("bits", "category", "name")
 
     def __init__(self, name: str, category: str, bits: int) -> None:
         self.name = name
@@ -41,7 +41,7 @@ Dim = Union[int, "Value"]
 class ShapedType(Type):
     """`view<...>`, `tensor<...>` and `vector<...>`: a rank >= 1 shape of an element type."""
 
-    __slots__ = ("name", "dims", "elem", "_hash")
+    __slots__ = ("_hash", "dims", "elem", "name")
 
     def __init__(self, name: str, dims: tuple[Dim, ...], elem: ScalarType) -> None:
         self.name = name
@@ -71,10 +71,10 @@ class ShapedType(Type):
     def is_static(self) -> bool:
         return all(isinstance(d, int) for d in self.dims)
 
-    def dynamic_values(self) -> list["Value"]:
+    def dynamic_values(self) -> list[Value]:
         return [d for d in self.dims if not isinstance(d, int)]
 
-    def replace_dims(self, dims: tuple[Dim, ...]) -> "ShapedType":
+    def replace_dims(self, dims: tuple[Dim, ...]) -> ShapedType:
         return ShapedType(self.name, dims, self.elem)
 
     def __str__(self) -> str:

@@ -14,18 +14,45 @@ from __future__ import annotations
 import math
 import re
 import struct
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import HashAttr, KeyParam, Pred
 from loomcli.ir.core import BlockArgument, Loc, Module, Operation, OpResult, Region, Signature, Value
 from loomcli.ir.ops import (
-    CONVERGENT, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, LAUNCH, MEMORY, MODULE, PROGRAM, CASE, PURE, SYMBOL,
-    TERMINATOR, TOP,
+    CASE,
+    CONVERGENT,
+    F_ANY,
+    F_DEV,
+    F_HOST,
+    K_BODY,
+    K_CFG,
+    LAUNCH,
+    MEMORY,
+    MODULE,
+    PROGRAM,
+    PURE,
+    SYMBOL,
+    TERMINATOR,
+    TOP,
 )
 from loomcli.ir.types import (
-    BUFFER, ERROR, I1, INDEX, OFFSET, ScalarType, ShapedType, Type, is_float, is_index_like, is_int,
-    is_integer_like, is_tensor, is_vector, is_view,
+    BUFFER,
+    ERROR,
+    I1,
+    INDEX,
+    OFFSET,
+    ScalarType,
+    ShapedType,
+    Type,
+    is_float,
+    is_index_like,
+    is_int,
+    is_integer_like,
+    is_tensor,
+    is_vector,
+    is_view,
 )
 
 _EXPORT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -627,7 +654,7 @@ class Verifier:
             return
         kind = op.attrs.get("kind")
         elem = v.elem.name
-        if kind in _INT_KINDS and elem not in ("i32", "i64") or kind in _FLOAT_KINDS and elem not in ("f32", "f64"):
+        if (kind in _INT_KINDS and elem not in ("i32", "i64")) or (kind in _FLOAT_KINDS and elem not in ("f32", "f64")):
             self.error("TYPE/003", op.loc, what=f"view.atomic.rmw<{kind}>", why=f"not defined on {elem}")
         self.result(op, lambda t: t is v.elem, elem)
 
@@ -685,7 +712,7 @@ class Verifier:
 
     def _combining_kind(self, op: Operation, elem: Type) -> None:
         kind = op.attrs.get("kind")
-        if kind in _INT_KINDS and not is_int(elem) or kind in _FLOAT_KINDS and not is_float(elem):
+        if (kind in _INT_KINDS and not is_int(elem)) or (kind in _FLOAT_KINDS and not is_float(elem)):
             self.error("TYPE/003", op.loc, what=f"{op.name}<{kind}>", why=f"not defined on {_kind_text(elem)}")
 
     def rule_vector_reduce(self, op: Operation) -> None:

@@ -8,8 +8,8 @@ an index is never changed, so a build can share it with every worker.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from loomcli.diagnostics import CompileError
 from loomcli.ir.core import Module, Operation
@@ -96,7 +96,7 @@ class LinkIndex:
     inputs: tuple[LinkInput, ...]
 
     @classmethod
-    def build(cls, inputs: Iterable[str], libraries: Iterable[str] = ()) -> "LinkIndex":
+    def build(cls, inputs: Iterable[str], libraries: Iterable[str] = ()) -> LinkIndex:
         """Load every input and library (`PATH` or `KEY=PATH`); all of their
         diagnostics are reported together."""
         from loomcli.driver import UsageError

@@ -44,8 +44,18 @@ _TOKEN_RE = re.compile(
 class Tokens:
     """The token stream of one source text."""
 
-    __slots__ = ("text", "kinds", "texts", "starts", "comments", "comment_starts", "_line_starts",
-                 "_line", "_line_lo", "_line_hi")
+    __slots__ = (
+        "_line",
+        "_line_hi",
+        "_line_lo",
+        "_line_starts",
+        "comment_starts",
+        "comments",
+        "kinds",
+        "starts",
+        "text",
+        "texts",
+    )
 
     def __init__(self, text: str) -> None:
         self.text = text

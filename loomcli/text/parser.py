@@ -15,12 +15,25 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
-from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Value
+from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
 from loomcli.text.lexer import (
-    EOF, FLOAT, HASH, IDENT, INT, INVALID, KIND_NAMES, NEGIDENT, PUNCT, SHAPE, SSA, STRING, SYM, Tokens, tokenize,
+    EOF,
+    FLOAT,
+    HASH,
+    IDENT,
+    INT,
+    INVALID,
+    NEGIDENT,
+    PUNCT,
+    SHAPE,
+    SSA,
+    STRING,
+    SYM,
+    Tokens,
+    tokenize,
 )
 
 _SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Za-z0-9_$-]*|[0-9]+)\])x)+)([A-Za-z0-9_]+)>\Z")
@@ -38,9 +51,9 @@ class _SyntaxStop(Exception):
 class _IsolatedScope:
     """Names of one isolated region (or a declaration's signature)."""
 
-    __slots__ = ("owner", "defined", "pending", "related")
+    __slots__ = ("defined", "owner", "pending", "related")
 
-    def __init__(self, owner: str, related: "_IsolatedScope | None") -> None:
+    def __init__(self, owner: str, related: _IsolatedScope | None) -> None:
         self.owner = owner
         self.defined: dict[str, Value] = {}
         self.pending: list[tuple[str, int, Value]] = []  # unresolved uses: name, offset, placeholder
@@ -48,7 +61,7 @@ class _IsolatedScope:
 
 
 class _Scope:
-    __slots__ = ("names", "iso")
+    __slots__ = ("iso", "names")
 
     def __init__(self, iso: _IsolatedScope) -> None:
         self.names: dict[str, Value] = {}
