@@ -1,14 +1,15 @@
 """Target profiles as data (TOOLCHAIN.md section 3, LANGUAGE.md 7.8 and 17).
 
-A profile is what every stage needs to know about a target: its family,
-chip or environment, fixed subgroup size and limits. This module holds the
-facts the middle of the compiler uses (template selection); code generation
-adds its own fields as it lands.
+A profile is everything a stage needs to know about a target: family, chip
+or environment, triple, fixed subgroup size, limits, feature facts and the
+code-object or SPIR-V version. Targets differ only in this data and in a
+small emitter; nothing else in the compiler asks which target it is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151",
                 "gfx1200", "gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-3-generic", "gfx11-generic",
@@ -23,13 +24,30 @@ GENERIC_COVERS = {
     "gfx12-generic": ("gfx1200", "gfx1201"),
 }
 _WAVE64 = frozenset({"gfx90a", "gfx942", "gfx950", "gfx9-generic", "gfx9-4-generic"})
+# SPIR-V version each Vulkan environment consumes.
+SPIRV_VERSIONS = {"vulkan1.1": (1, 3), "vulkan1.2": (1, 5), "vulkan1.3": (1, 6)}
+
+U32_MAX = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
 class Profile:
-    family: str                 # "amdgpu" | "spirv"
-    selector: str               # "gfx1100" | "vulkan1.3"
+    family: str                 # "amdgpu" | "spirv" | "reference"
+    selector: str               # "gfx1100" | "vulkan1.3" | "reference"
     subgroup_size: int | None   # fixed subgroup size, None when the target has none
+    triple: str = ""
+    max_workgroup_size: tuple[int, int, int] = (1024, 1024, 1024)
+    max_flat_workgroup_size: int = 1024
+    max_workgroup_storage_bytes: int = 65536
+    max_workgroup_count: tuple[int, int, int] = (U32_MAX, U32_MAX, U32_MAX)
+    max_push_constant_bytes: int | None = None
+    index_bitwidth: int = 32
+    offset_bitwidth: int = 64
+    features: frozenset[str] = frozenset({"f16", "f64", "i64", "int8_storage", "int16_storage"})
+    code_object_version: int | None = None      # amdgpu: 5, or 6 for generic processors
+    spirv_version: tuple[int, int] | None = None
+    record: str | None = None                   # the source target record it came from, if any
+    overrides: tuple[tuple[str, Any], ...] = field(default=())
 
     @property
     def name(self) -> str:
@@ -40,15 +58,57 @@ class Profile:
         """The spelling target records use: `gfx1100`, `vulkan1_3`."""
         return self.selector.replace(".", "_") if self.family == "spirv" else self.selector
 
+    @property
+    def is_generic(self) -> bool:
+        return self.selector.endswith("-generic")
+
     def matches_record(self, record_chip: str) -> bool:
         """`target(@t)`: the record names this chip or the generic chip covering it."""
         if record_chip == self.chip:
             return True
         return self.chip in GENERIC_COVERS.get(record_chip, ())
 
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "target": self.name, "family": self.family, "selector": self.selector, "triple": self.triple,
+            "subgroup_size": self.subgroup_size,
+            "max_workgroup_size": list(self.max_workgroup_size),
+            "max_flat_workgroup_size": self.max_flat_workgroup_size,
+            "max_workgroup_storage_bytes": self.max_workgroup_storage_bytes,
+            "max_workgroup_count": list(self.max_workgroup_count),
+            "max_push_constant_bytes": self.max_push_constant_bytes,
+            "index_bitwidth": self.index_bitwidth, "offset_bitwidth": self.offset_bitwidth,
+            "features": sorted(self.features),
+        }
+        if self.code_object_version is not None:
+            d["code_object_version"] = self.code_object_version
+        if self.spirv_version is not None:
+            d["spirv_version"] = ".".join(map(str, self.spirv_version))
+        return d
+
+
+def amdgpu_profile(chip: str) -> Profile:
+    return Profile("amdgpu", chip, 64 if chip in _WAVE64 else 32, triple="amdgcn-amd-amdhsa",
+                   code_object_version=6 if chip.endswith("-generic") else 5)
+
+
+def spirv_profile(env: str) -> Profile:
+    return Profile("spirv", env, None, triple="spirv-unknown-vulkan" + env[len("vulkan"):],
+                   max_workgroup_size=(1024, 1024, 64), max_workgroup_storage_bytes=32768,
+                   max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128,
+                   index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env])
+
+
+REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,
+                    offset_bitwidth=64)
+
 
 def all_targets() -> list[str]:
     return [f"amdgpu:{c}" for c in AMDGPU_CHIPS] + [f"spirv:{e}" for e in VULKAN_ENVS]
+
+
+def all_profiles() -> list[Profile]:
+    return [parse_target(t) for t in all_targets()]
 
 
 def parse_target(text: str) -> Profile:
@@ -60,7 +120,12 @@ def parse_target(text: str) -> Profile:
         selector = family
         family = "amdgpu" if selector.startswith("gfx") else "spirv"
     if family == "amdgpu" and selector in AMDGPU_CHIPS:
-        return Profile("amdgpu", selector, 64 if selector in _WAVE64 else 32)
+        return amdgpu_profile(selector)
     if family == "spirv" and selector.replace("_", ".") in VULKAN_ENVS:
-        return Profile("spirv", selector.replace("_", "."), None)
+        return spirv_profile(selector.replace("_", "."))
     raise UsageError(f"unknown target `{text}`; valid targets: {', '.join(all_targets())}")
+
+
+def with_overrides(profile: Profile, **fields: Any) -> Profile:
+    """A profile with fields replaced (target records in source override defaults)."""
+    return replace(profile, overrides=profile.overrides + tuple(sorted(fields.items())), **fields)

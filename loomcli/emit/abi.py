@@ -1,0 +1,132 @@
+"""The device ABI v1 (TOOLCHAIN.md section 8), computed once for every emitter.
+
+Both emitters and the artifact manifest read their parameter layout from
+here, so a host written against the manifest works for every target:
+
+* scalar parameters take slots in parameter order, each at the next offset
+  aligned to its slot size: i1 (as 0/1), i8, i16, f16, bf16, i32, f32 take 4
+  bytes; i64, f64, index and offset take 8 (the kernel reads the low
+  `index_bitwidth`/`offset_bitwidth` bits);
+* SPIR-V: buffers are storage buffers in descriptor set 0, binding = ordinal
+  among the kernel's buffer parameters; scalars live in one push-constant
+  block with the layout above;
+* AMDGPU: kernel arguments are the device parameters in order, a buffer an
+  8-byte global pointer, scalars in the same slots; LLVM's hidden arguments
+  follow (their layout comes from the code object's metadata).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loomcli.ir.core import Module, Operation
+from loomcli.ir.types import BUFFER, ScalarType, Type
+
+SLOT_BYTES = {"i1": 4, "i8": 4, "i16": 4, "f16": 4, "bf16": 4, "i32": 4, "f32": 4,
+              "i64": 8, "f64": 8, "index": 8, "offset": 8}
+POINTER_BYTES = 8
+
+
+@dataclass(frozen=True)
+class Param:
+    """One device parameter as hosts see it."""
+
+    name: str
+    kind: str             # "scalar" | "buffer"
+    type: str             # Loom type name; "buffer" for buffers
+    index: int            # position among all device parameters
+    byte_offset: int      # kernarg offset (AMDGPU) or push-constant offset (SPIR-V scalars); -1 if none
+    byte_length: int      # slot size; 0 for SPIR-V buffers
+    binding: int = -1     # SPIR-V: binding in set 0 (buffers)
+
+    def manifest(self, family: str) -> dict[str, object]:
+        d: dict[str, object] = {"name": self.name, "kind": self.kind}
+        if self.kind == "scalar":
+            d["type"] = self.type
+        if family == "spirv" and self.kind == "buffer":
+            d["set"] = 0
+            d["binding"] = self.binding
+        else:
+            d["byte_offset"] = self.byte_offset
+            d["byte_length"] = self.byte_length
+        return d
+
+
+@dataclass(frozen=True)
+class KernelABI:
+    export: str
+    symbol: str
+    workload: tuple[tuple[str, str], ...]   # (name, type) of the workload arguments
+    params: tuple[Param, ...]
+    args_bytes: int                          # AMDGPU explicit kernarg bytes; SPIR-V push-constant bytes
+
+    @property
+    def buffers(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kind == "buffer")
+
+    @property
+    def scalars(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kind == "scalar")
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def type_name(t: Type) -> str:
+    return t.name if isinstance(t, ScalarType) else str(t)
+
+
+def export_name(kernel: Operation) -> str:
+    """A kernel's entry name: its export name, else its symbol (LANGUAGE.md 17.8)."""
+    return kernel.attrs.get("export") or kernel.attrs["sym"]
+
+
+def kernel_abi(kernel: Operation, family: str) -> KernelABI:
+    """The parameter layout of `kernel` for `family` ("amdgpu" or "spirv")."""
+    args = kernel.attrs["launch"].args
+    params: list[Param] = []
+    offset = 0
+    binding = 0
+    for i, a in enumerate(args):
+        if a.type is BUFFER:
+            if family == "spirv":
+                params.append(Param(a.name, "buffer", "buffer", i, -1, 0, binding))
+                binding += 1
+            else:
+                offset = _align(offset, POINTER_BYTES)
+                params.append(Param(a.name, "buffer", "buffer", i, offset, POINTER_BYTES))
+                offset += POINTER_BYTES
+            continue
+        size = SLOT_BYTES[type_name(a.type)]
+        offset = _align(offset, size)
+        params.append(Param(a.name, "scalar", type_name(a.type), i, offset, size))
+        offset += size
+    workload = tuple((a.name, type_name(a.type)) for a in kernel.attrs["sig"].args)
+    return KernelABI(export_name(kernel), kernel.attrs["sym"], workload, tuple(params), offset)
+
+
+def exported_kernels(module: Module, roots: set[str] | None = None) -> list[Operation]:
+    """Kernels an artifact contains: exported ones and retained roots, in module order."""
+    out = []
+    for op in module.ops:
+        if op.name == "kernel.def" and ("export" in op.attrs or op.attrs.get("retain")
+                                        or (roots is not None and op.attrs["sym"] in roots)):
+            out.append(op)
+    return out
+
+
+def workgroup_allocas_bytes(kernel: Operation) -> int:
+    """The alloca walk of LANGUAGE.md section 8: from offset 0, align up to each
+    workgroup alloca's `align(N)` and add its size, in body order. Sizes must
+    be constants by now (config bound, passes run)."""
+    from loomcli.passes.fold import constant_of
+
+    offset = 0
+    for op in kernel.regions[1].ops:
+        if op.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup":
+            size = constant_of(op.operands[0])
+            if not isinstance(size, int):
+                raise ValueError(f"workgroup alloca of @{kernel.attrs['sym']} has no constant size")
+            offset = _align(offset, op.attrs.get("align", 1)) + size
+    return offset
