@@ -130,3 +130,43 @@ def workgroup_allocas_bytes(kernel: Operation) -> int:
                 raise ValueError(f"workgroup alloca of @{kernel.attrs['sym']} has no constant size")
             offset = _align(offset, op.attrs.get("align", 1)) + size
     return offset
+
+
+def workgroup_size_constants(kernel: Operation) -> tuple[int, int, int] | None:
+    """The launch config's workgroup size when it folds to constants (after passes)."""
+    from loomcli.passes.fold import constant_of
+
+    config = kernel.regions[0].ops[-1]
+    if config.name != "kernel.launch.config":
+        return None
+    n = config.attrs.get("workgroups", 3)
+    values = [constant_of(v) for v in config.operands[n:n + 3]]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return (values[0], values[1], values[2])
+    return None
+
+
+REDUCTION_SLOT_BYTES = 8
+
+
+def reduction_scratch(kernel: Operation, subgroup_size: int | None, max_flat_workgroup_size: int) -> tuple[int, int]:
+    """(byte offset, byte size) of the workgroup scratch that `kernel.workgroup.reduce`
+    sites share (LANGUAGE.md 17.28): one 8-byte slot per subgroup of the
+    workgroup, after the kernel's own allocas (aligned to 8). The workgroup
+    is the folded launch size, else the profile's maximum; a target without a
+    fixed subgroup size counts one invocation per subgroup (the worst case).
+    Kernels without such a site need none: (offset, 0). Sites run one after
+    another, separated by barriers, so they reuse the same slots."""
+    base = _align(workgroup_allocas_bytes(kernel), REDUCTION_SLOT_BYTES)
+    if not any(op.name == "kernel.workgroup.reduce" for op in kernel.regions[1].walk_ops()):
+        return base, 0
+    size = workgroup_size_constants(kernel)
+    flat = size[0] * size[1] * size[2] if size else max_flat_workgroup_size
+    per = subgroup_size or 1
+    return base, -(-flat // per) * REDUCTION_SLOT_BYTES
+
+
+def workgroup_storage_bytes(kernel: Operation, subgroup_size: int | None, max_flat_workgroup_size: int) -> int:
+    """The contract's `workgroup_storage_bytes`: allocas plus reduction scratch."""
+    base, scratch = reduction_scratch(kernel, subgroup_size, max_flat_workgroup_size)
+    return base + scratch if scratch else workgroup_allocas_bytes(kernel)

@@ -100,6 +100,11 @@ class Region:
         self.owner = owner
         self.end_loc: Loc = (0, 0)  # the closing `}`, for diagnostics
 
+    def walk_ops(self) -> Iterator[Operation]:
+        """Pre-order walk of every op in this region, nested ones included."""
+        for op in self.ops:
+            yield from op.walk()
+
     def append(self, op: Operation) -> Operation:
         op.parent = self
         self.ops.append(op)
