@@ -101,16 +101,6 @@ def default_roots(index: LinkIndex) -> list[str]:
     return roots
 
 
-def select(module: Module, profile: Profile | None) -> list[Diagnostic]:
-    """Template selection: final with a target, early (may stay open) without."""
-    from loomcli.passes.select import select_templates
-
-    _, diags = select_templates(module, profile, "final" if profile is not None else "early")
-    if has_errors(diags):
-        raise CompileError(diags)
-    return diags
-
-
 def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
     """A gcc-compatible depfile: the first target is the output, then every file read."""
     from loomcli.driver import atomic_write
@@ -144,6 +134,23 @@ class Compiled:
     decisions: list[Any]
     warnings: list[Diagnostic]
     files_read: list[str]
+    profile: Profile | None = None
+
+
+@dataclass
+class FrontEnd:
+    """The target-independent half of a compile: read, verify, link, bind,
+    pipeline text parsed. Built once however many targets follow; never
+    changed by `specialize`, which works on a clone."""
+
+    module: Module
+    bindings: ConfigBindings
+    pipeline: Any
+    warnings: list[Diagnostic]
+    files_read: list[str]
+
+
+COMPILED_FOR = "loom.compiled_for"  # the target record a compiled module carries
 
 
 def compile_module(options: CompileOptions) -> Compiled:
@@ -156,41 +163,69 @@ def compile_module(options: CompileOptions) -> Compiled:
     kernels). The garbage of one compile is collected after it.
     """
     with gc_paused():
-        return _compile_module(options)
+        return specialize(front_end(options), options.profile)
 
 
-def _compile_module(options: CompileOptions) -> Compiled:
+def front_end(options: CompileOptions) -> FrontEnd:
+    from loomcli.passes.pipeline import parse_pipeline
+
+    with gc_paused():
+        pipeline = parse_pipeline(options.pipeline)  # a bad pipeline fails before any work
+        index = LinkIndex.build([options.input], options.libraries)
+        roots = list(options.roots) or default_roots(index)
+        link_options = LinkOptions(inputs=[options.input], libraries=options.libraries, roots=roots,
+                                   mode="link" if roots else "merge", config=options.config,
+                                   config_files=options.config_files, project_config=options.project_config,
+                                   require_resolved_config=options.require_resolved_config)
+        result = link(index, roots, link_options.mode, path=_compiled_path(options.input))
+        bindings = collect_bindings(link_options, index)
+        warnings = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
+        if has_errors(warnings):
+            raise CompileError(warnings)
+        files = [item.path for item in index.inputs] + list(options.config_files)
+        return FrontEnd(result.module, bindings, pipeline, warnings, files)
+
+
+def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
+    """Select templates for `profile` (final with a target, early without)
+    and run the pipeline, on a clone of the front end's module. A module
+    compiled for a target records it (a target record named @loom.compiled_for)."""
+    from loomcli.ir.clone import clone_op
+    from loomcli.passes.pipeline import run_passes
     from loomcli.passes.select import select_templates
 
-    index = LinkIndex.build([options.input], options.libraries)
-    roots = list(options.roots) or default_roots(index)
-    link_options = LinkOptions(inputs=[options.input], libraries=options.libraries, roots=roots,
-                               mode="link" if roots else "merge", config=options.config,
-                               config_files=options.config_files, project_config=options.project_config,
-                               require_resolved_config=options.require_resolved_config)
-    result = link(index, roots, link_options.mode, path=_compiled_path(options.input))
-    bindings = collect_bindings(link_options, index)
-    warnings = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
-    if has_errors(warnings):
-        raise CompileError(warnings)
-    mode = "final" if options.profile is not None else "early"
-    decisions, diags = select_templates(result.module, options.profile, mode)
-    warnings += diags
-    if has_errors(diags):
-        raise CompileError(diags)
-    run_pipeline(result.module, options.pipeline, bindings=bindings, profile=options.profile)
-    files = [item.path for item in index.inputs] + list(options.config_files)
-    return Compiled(result.module, decisions, warnings, files)
+    with gc_paused():
+        module = Module(front.module.path)
+        for op in front.module.ops:
+            module.body.append(clone_op(op))
+        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early")
+        if has_errors(diags):
+            raise CompileError(diags)
+        run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
+        if profile is not None:
+            module.body.append(_target_record(profile))
+        return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
+
+
+def _target_record(profile: Profile) -> Any:
+    from loomcli.ir.core import Operation
+    from loomcli.ir.ops import OPS
+
+    name = "amdgpu.target" if profile.family == "amdgpu" else "spirv.target"
+    return Operation(OPS[name], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
+
+
+def compiled_target(module: Module) -> str | None:
+    """The target a compiled module was specialized for (`family:selector`), if any."""
+    for op in module.ops:
+        if op.attrs.get("sym") == COMPILED_FOR and op.name in ("amdgpu.target", "spirv.target"):
+            family = "amdgpu" if op.name == "amdgpu.target" else "spirv"
+            selector = op.attrs["kind"].replace("_", ".") if family == "spirv" else op.attrs["kind"]
+            return f"{family}:{selector}"
+    return None
 
 
 def _compiled_path(input_path: str) -> str:
     from loomcli.frontend import display_path
 
     return display_path(input_path)
-
-
-def run_pipeline(module: Module, text: str, **context: Any) -> None:
-    """Parse pipeline text and run it on `module` in place."""
-    from loomcli.passes.pipeline import parse_pipeline, run_passes
-
-    run_passes(module, parse_pipeline(text), **context)
