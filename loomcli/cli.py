@@ -17,6 +17,7 @@ from loomcli import __version__
 # name -> "module:function"; the module is imported only when the command runs.
 COMMANDS: dict[str, str] = {
     "compile": "loomcli.commands.compile:compile",
+    "emit": "loomcli.commands.emit:emit",
     "fmt": "loomcli.commands.fmt:fmt",
     "link": "loomcli.commands.link:link",
     "opt": "loomcli.commands.opt:opt",
@@ -46,7 +47,8 @@ class LazyGroup(click.Group):
 
 
 SUMMARIES = {
-    "compile": "Compile a module: link, bind config, select templates, run passes.",
+    "compile": "Compile a module: link, bind config, select templates, run passes, emit.",
+    "emit": "Emit a target artifact (.hsaco, .spv, .ll, .s) from a compiled module.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",
     "link": "Link modules against libraries into one module.",
     "opt": "Run a pass pipeline over a module and print the result.",

@@ -1,8 +1,9 @@
-"""`loom compile`: link, bind config, select templates, run the pass pipeline.
+"""`loom compile`: link, bind config, select templates, run passes, emit.
 
-This is the front half of TOOLCHAIN.md section 4's `loom compile`: it writes
-the compiled module (`.loombc`, or `.loom` text for inspection). Emission
-of target artifacts (`.hsaco`, `.spv`, `.ll`) builds on the same call.
+The front end (read, verify, link, bind) runs once however many targets are
+asked for; each target then specializes a clone and emits. Every output is
+computed before the first is written, and each is published with a rename,
+so a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ import click
 
 from loomcli.driver import DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
 
-FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
+MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
+ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
+              "spirv-binary": ".spv", "llvmir-text": ".ll", "asm": ".s"}
+BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("input_path", metavar="INPUT")
-@click.option("-o", "output", required=True, metavar="OUT", help="Output path (.loombc, or .loom for text).")
-@click.option("--format", "fmt", type=click.Choice(sorted(set(FORMATS.values()))), help="Output format.")
+@click.option("-o", "output", metavar="OUT", help="Output path (.loombc, .loom, .hsaco, .spv, .ll, .s; '-' = stdout).")
+@click.option("--out-dir", metavar="DIR", help="Write DIR/<stem>.<family>-<selector>.<ext> for every --target.")
+@click.option("--format", "fmt", type=click.Choice(ALL_FORMATS), help="Output format (default: from the suffix).")
 @click.option("--target", "targets", multiple=True, metavar="T", help="Target profile, e.g. amdgpu:gfx1100.")
 @click.option("--target-env", "target_env", metavar="ENV", help="glslc spelling: vulkan1.3 = spirv:vulkan1.3.")
 @click.option("--root", "roots", multiple=True, metavar="@SYM", help="Roots (default: every exported kernel).")
@@ -29,48 +35,118 @@ FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--pipeline", default="default", show_default=True, help="Pass pipeline text, `default` or `none`.")
 @click.option("--require-resolved-config", is_flag=True, help="Every reachable config.get must be bound.")
+@click.option("--emit-launch-config", "launch_path", metavar="PATH",
+              help="Write the launch-config artifact (a folder with several targets).")
+@click.option("--manifest", "manifest_path", metavar="PATH",
+              help="Write the artifact manifest (a folder with several targets).")
 @click.option("--print-selections", is_flag=True, help="Print every template selection decision.")
-@click.option("-MD", "depfile_md", is_flag=True, help="Write a depfile beside the output (OUT.d).")
-@click.option("-MF", "depfile_path", metavar="DEPFILE", help="Write the depfile here.")
+@click.option("-MD", "depfile_md", is_flag=True, help="Write a depfile beside each output (OUT with .d).")
+@click.option("-MF", "depfile_path", metavar="DEPFILE", help="Write the depfile here (one output only).")
 @click.option("-MT", "depfile_target", metavar="TARGET", help="The depfile's target (default: the output).")
 @diagnostics_option
-def compile(input_path: str, output: str, fmt: str | None, targets: tuple[str, ...], target_env: str | None,
-            roots: tuple[str, ...], libraries: tuple[str, ...], config_pairs: tuple[str, ...],
-            config_files: tuple[str, ...], pipeline: str, require_resolved_config: bool, print_selections: bool,
-            depfile_md: bool, depfile_path: str | None, depfile_target: str | None, diagnostics_format: str,
-            quiet: bool, verbose: bool) -> int:
-    """Compile INPUT and the libraries it needs into a compiled module."""
-    from loomcli.pipeline import CompileOptions, compile_module, write_depfile
+def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str | None, targets: tuple[str, ...],
+            target_env: str | None, roots: tuple[str, ...], libraries: tuple[str, ...],
+            config_pairs: tuple[str, ...], config_files: tuple[str, ...], pipeline: str,
+            require_resolved_config: bool, launch_path: str | None, manifest_path: str | None,
+            print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
+            diagnostics_format: str, quiet: bool, verbose: bool) -> int:
+    """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
+    from loomcli.emit.artifacts import format_for
+    from loomcli.pipeline import CompileOptions, front_end, specialize
     from loomcli.targets.profiles import parse_target
 
-    target_texts = list(targets) + ([f"spirv:{target_env}"] if target_env else [])
-    if len(target_texts) > 1:
-        raise UsageError("several --target values need --out-dir (target artifacts)")
-    profile = parse_target(target_texts[0]) if target_texts else None
-    suffix = os.path.splitext(output)[1]
-    out_format = fmt or FORMATS.get(suffix)
-    if out_format is None:
-        raise UsageError(f"-o {output}: cannot tell the format from the suffix; pass --format")
+    profiles = [parse_target(t) for t in targets] + ([parse_target(f"spirv:{target_env}")] if target_env else [])
+    if output is not None and out_dir is not None:
+        raise UsageError("-o and --out-dir exclude each other")
+    if output is None and out_dir is None:
+        raise UsageError("missing -o OUT or --out-dir DIR")
+    if len(profiles) > 1 and out_dir is None:
+        raise UsageError("several --target values need --out-dir")
+    if out_dir is not None and not profiles:
+        raise UsageError("--out-dir needs at least one --target")
+    if depfile_path and len(profiles) > 1:
+        raise UsageError("-MF names one depfile; with several targets use -MD")
+    if output is not None:
+        out_format = format_for(output, fmt) or MODULE_FORMATS.get(os.path.splitext(output)[1])
+        if out_format is None:
+            raise UsageError(f"-o {output}: cannot tell the format from the suffix; pass --format")
+        if out_format not in MODULE_FORMATS.values() and not profiles:
+            raise UsageError(f"emitting {out_format} needs --target")
+        if output == "-" and out_format in BINARY and click.get_text_stream("stdout").isatty():
+            raise UsageError("refusing to write binary output to a terminal; use -o FILE")
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
-                             config_files=config_files, pipeline=pipeline, profile=profile,
+                             config_files=config_files, pipeline=pipeline,
                              require_resolved_config=require_resolved_config)
-    compiled = compile_module(options)
-    DiagnosticPrinter(diagnostics_format).emit(compiled.warnings)
-    if print_selections:
-        for d in compiled.decisions:
-            click.echo(d.describe())
-    if out_format == "loom-bytecode":
+    front = front_end(options)
+    printer = DiagnosticPrinter(diagnostics_format)
+    printer.emit(front.warnings)
+    stem = os.path.splitext(os.path.basename(input_path))[0]
+    writes: list[tuple[str, bytes]] = []
+    depfiles: list[tuple[str, str]] = []
+    for profile in profiles or [None]:
+        compiled = specialize(front, profile)
+        printer.emit(compiled.warnings[len(front.warnings):])
+        if print_selections:
+            prefix = f"{profile.name}: " if profile is not None and len(profiles) > 1 else ""
+            for d in compiled.decisions:
+                click.echo(prefix + d.describe())
+        tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
+        if out_dir is not None:
+            assert profile is not None
+            kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
+            path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
+        else:
+            assert output is not None
+            kind = out_format
+            path = output
+        launch_file = _side_path(launch_path, out_dir, stem, tag, ".launch.loombc")
+        manifest_file = _side_path(manifest_path, out_dir, stem, tag, ".manifest.json")
+        writes += _outputs(compiled, kind, path, launch_file, manifest_file)
+        if depfile_md or depfile_path:
+            dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"
+            depfiles.append((dep, depfile_target or path))
+    for path, data in writes:
+        atomic_write(path, data)
+    from loomcli.pipeline import write_depfile
+
+    for dep, target in depfiles:
+        write_depfile(dep, target, front.files_read)
+    return 0
+
+
+def _side_path(option: str | None, out_dir: str | None, stem: str, tag: str, suffix: str) -> str | None:
+    """--emit-launch-config / --manifest: a file, or with --out-dir a folder of per-target files."""
+    if option is None:
+        return None
+    if out_dir is not None:
+        return os.path.join(option, f"{stem}.{tag}{suffix}")
+    return option
+
+
+def _outputs(compiled, kind: str, path: str, launch_file: str | None,
+             manifest_file: str | None) -> list[tuple[str, bytes]]:
+    from loomcli.emit.artifacts import emit, launch_config, manifest
+
+    if launch_file is not None and compiled.profile is None:
+        raise UsageError("--emit-launch-config needs --target")
+    out: list[tuple[str, bytes]] = []
+    artifact = None
+    if kind == "loom-bytecode":
         from loomcli.bytecode import write_module
 
-        if output == "-" and click.get_text_stream("stdout").isatty():
-            raise UsageError("refusing to write bytecode to a terminal; use -o FILE")
-        data = write_module(compiled.module, keep_debug=False)
-    else:
+        out.append((path, write_module(compiled.module, keep_debug=False)))
+    elif kind == "loom-text":
         from loomcli.text.printer import print_module
 
-        data = print_module(compiled.module).encode()
-    atomic_write(output, data)
-    if depfile_md or depfile_path:
-        dep = depfile_path or os.path.splitext(output if output != "-" else "stdout")[0] + ".d"
-        write_depfile(dep, depfile_target or output, compiled.files_read)
-    return 0
+        out.append((path, print_module(compiled.module).encode()))
+    else:
+        artifact = emit(compiled.module, compiled.profile, kind)
+        out.append((path, artifact.data))
+    if launch_file is not None:
+        out.append((launch_file, launch_config(compiled.module, compiled.profile)))
+    if manifest_file is not None:
+        if artifact is None:
+            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
+        launch_name = os.path.basename(launch_file) if launch_file else None
+        out.append((manifest_file, manifest(artifact, os.path.basename(path), launch_name)))
+    return out

@@ -1,0 +1,57 @@
+"""`loom emit`: a compiled module to a target artifact."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from loomcli.driver import UsageError, atomic_write, diagnostics_option
+
+FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("compiled_path", metavar="COMPILED.loombc")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), help="Artifact format (default: from -o).")
+@click.option("-o", "output", required=True, metavar="OUT", help="Output path ('-' = stdout).")
+@click.option("--target", "target", metavar="T", help="Needed for a target-independent module; else must match.")
+@click.option("--emit-launch-config", "launch_path", metavar="PATH", help="Write the launch-config artifact.")
+@click.option("--manifest", "manifest_path", metavar="PATH", help="Write the artifact manifest.")
+@diagnostics_option
+def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, launch_path: str | None,
+         manifest_path: str | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
+    """Emit a target artifact from a compiled module (`loom compile -o X.loombc`)."""
+    from loomcli.emit.artifacts import emit as emit_artifact
+    from loomcli.emit.artifacts import format_for, launch_config, manifest
+    from loomcli.frontend import load_module
+    from loomcli.pipeline import compiled_target
+    from loomcli.targets.profiles import parse_target
+
+    kind = format_for(output, fmt)
+    if kind is None:
+        raise UsageError(f"-o {output}: cannot tell the format from the suffix; pass --format")
+    module = load_module(compiled_path)
+    recorded = compiled_target(module)
+    if recorded is None and target is None:
+        raise UsageError(f"{compiled_path} is target-independent; name one with --target")
+    profile = parse_target(target or recorded)  # type: ignore[arg-type]
+    if recorded is not None and profile.name != parse_target(recorded).name:
+        raise UsageError(f"{compiled_path} was compiled for {recorded}, not {profile.name}")
+    if recorded is None:
+        # A target-independent module still needs final selection and the pipeline for this target.
+        from loomcli.link.config import ConfigBindings
+        from loomcli.passes.pipeline import parse_pipeline
+        from loomcli.pipeline import FrontEnd, specialize
+
+        module = specialize(FrontEnd(module, ConfigBindings({}), parse_pipeline("default"), [], []), profile).module
+    artifact = emit_artifact(module, profile, kind)
+    writes = [(output, artifact.data)]
+    if launch_path:
+        writes.append((launch_path, launch_config(module, profile)))
+    if manifest_path:
+        writes.append((manifest_path, manifest(artifact, os.path.basename(output),
+                                               os.path.basename(launch_path) if launch_path else None)))
+    for path, data in writes:
+        atomic_write(path, data)
+    return 0

@@ -1,0 +1,83 @@
+"""From a compiled module to files: the emitter for a format, the launch-config
+artifact, and the artifact manifest (TOOLCHAIN.md sections 2 and 8).
+
+Emitters are imported only here and only when asked for, so nothing else in
+loom pays for LLVM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from loomcli.diagnostics import CompileError, has_errors
+from loomcli.emit import FORMATS, SUFFIX_FORMATS, Artifact
+from loomcli.ir.core import Module
+from loomcli.targets.profiles import Profile
+
+
+def format_for(output: str, fmt: str | None) -> str | None:
+    """The artifact format an output asks for: `--format`, else the suffix (None: not an artifact)."""
+    if fmt is not None:
+        return fmt
+    return SUFFIX_FORMATS.get(os.path.splitext(output)[1])
+
+
+def check_targets(module: Module, profile: Profile) -> None:
+    """The compile-time TARGET checks of every kernel (LANGUAGE.md 17.26-30)."""
+    from loomcli.emit.abi import exported_kernels
+    from loomcli.targets.checks import check_kernel
+
+    diags = []
+    for kernel in exported_kernels(module):
+        diags += check_kernel(module, kernel, profile)
+    if has_errors(diags):
+        raise CompileError(diags)
+
+
+def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
+    """Emit `module` (compiled for `profile`) in format `fmt`."""
+    from loomcli.driver import UsageError
+
+    family = FORMATS[fmt][0]
+    if family is not None and family != profile.family:
+        raise UsageError(f"format {fmt} is for {family} targets, not {profile.name}")
+    check_targets(module, profile)
+    if profile.family == "spirv":
+        from loomcli.emit.spirv import emit_spirv
+
+        artifact = emit_spirv(module, profile)
+        if fmt == "asm":
+            from loomcli.emit.spirv import disassemble
+
+            return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
+        return artifact
+    from loomcli.emit.amdgpu import emit_amdgpu
+
+    return emit_amdgpu(module, profile, fmt)
+
+
+def launch_config(module: Module, profile: Profile) -> bytes:
+    from loomcli.launch import build_launch_config
+
+    return build_launch_config(module, profile)
+
+
+def manifest(artifact: Artifact, name: str, launch_config_name: str | None) -> bytes:
+    """The `loom-artifact-manifest` JSON of one artifact."""
+    kernels = []
+    for k in artifact.kernels:
+        entry = dict(k)
+        if launch_config_name is not None:
+            entry["launch_config"] = launch_config_name
+        kernels.append(entry)
+    doc: dict[str, Any] = {
+        "kind": "loom.artifact_manifest", "schema_version": 1,
+        "artifact": {"format": artifact.format, "name": name, "byte_length": len(artifact.data),
+                     "sha256": hashlib.sha256(artifact.data).hexdigest()},
+        "target": artifact.target,
+        "kernels": kernels,
+    }
+    return (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode()
