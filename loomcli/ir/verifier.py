@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from loomcli.diagnostics import Diagnostic
-from loomcli.ir.attrs import HashAttr, KeyParam, Pred
-from loomcli.ir.core import BlockArgument, Loc, Module, Operation, OpResult, Region, Signature, Value
+from loomcli.ir.attrs import HashAttr, Pred
+from loomcli.ir.core import Loc, Module, Operation, OpResult, Region, Signature, Value
 from loomcli.ir.ops import (
     CASE,
     CONVERGENT,
@@ -35,7 +35,6 @@ from loomcli.ir.ops import (
     PURE,
     SYMBOL,
     TERMINATOR,
-    TOP,
 )
 from loomcli.ir.types import (
     BUFFER,
@@ -1285,5 +1284,3 @@ def verify(module: Module, parse_findings: list[Diagnostic] | None = None) -> li
         diags = sorted(diags + parse_findings, key=lambda d: d.sort_key)
     return diags
 
-
-_unused: Any = (BlockArgument, KeyParam, TOP, SYMBOL_KINDS)
