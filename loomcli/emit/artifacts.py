@@ -27,12 +27,9 @@ def format_for(output: str, fmt: str | None) -> str | None:
 
 def check_targets(module: Module, profile: Profile) -> None:
     """The compile-time TARGET checks of every kernel (LANGUAGE.md 17.26-30)."""
-    from loomcli.emit.abi import exported_kernels
-    from loomcli.targets.checks import check_kernel
+    from loomcli.targets.checks import check_module
 
-    diags = []
-    for kernel in exported_kernels(module):
-        diags += check_kernel(module, kernel, profile)
+    diags = check_module(module, profile)
     if has_errors(diags):
         raise CompileError(diags)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomcli.diagnostics import Diagnostic
+from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
@@ -123,16 +123,16 @@ class Selector:
         return self._order.get(v, 1 << 30)
 
     def _profile_of(self, op: Operation) -> Profile | None:
-        pinned = op.attrs.get("target")
-        record = self.symbols.get(pinned) if pinned else None
-        if record is not None and record.name in ("amdgpu.target", "spirv.target"):
-            from loomcli.targets.profiles import parse_target
+        """A pinned symbol uses its target record's profile (LANGUAGE.md 17.30)."""
+        if op.attrs.get("target") is None:
+            return self.profile
+        from loomcli.targets.checks import profile_for
 
-            family = "amdgpu" if record.name == "amdgpu.target" else "spirv"
-            base = parse_target(f"{family}:{record.attrs['kind']}")
-            size = record.attrs.get("dict", {}).get("subgroup_size", base.subgroup_size)
-            return Profile(base.family, base.selector, size if isinstance(size, int) else base.subgroup_size)
-        return self.profile
+        try:
+            return profile_for(self.module, op, self.profile)
+        except CompileError as e:
+            self.diags.extend(e.diagnostics)
+            return self.profile
 
     # ------------------------------------------------------------ walking
 

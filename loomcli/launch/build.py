@@ -1,0 +1,249 @@
+"""Building the launch-config artifact `X.launch.loombc` (TOOLCHAIN.md 2).
+
+`launch_module` turns a compiled module into the artifact module laid out
+in `loomcli.launch.program` (and docs/launch.md): per exported kernel its
+workload signature with `where`, its launch-config region, the target
+record of its profile and the contract facts (subgroup size, workgroup
+storage bytes); plus the pure functions those regions call. The kernel
+bodies are not carried: hosts never need them to launch.
+
+Building runs the compile-time checks first: target records (TARGET/001),
+`check_kernel` (TARGET/*), and the launch-config regions themselves: an
+unbound `config.get` is CONFIG/003 (17.22); an op that can never be
+evaluated (a call without a body, an open `template.apply`) is
+LAUNCH_CONFIG/008, and so is a region without workload arguments that does
+not fold (UB while folding it: LAUNCH_CONFIG/007), as LANGUAGE.md 12 step 4
+rules for launches with constant workloads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loomcli.diagnostics import CompileError, Diagnostic, has_errors
+from loomcli.driver import UsageError
+from loomcli.ir.core import Module, Operation, Region, Signature
+from loomcli.launch.program import FACTS, FORMAT_SYMBOL, FORMAT_VERSION, PREFIX, TARGET_PREFIX, entry_name, fact_symbol
+from loomcli.targets.profiles import Profile
+
+if TYPE_CHECKING:
+    from loomcli.targets.checks import ModuleChecks
+
+EVALUATED = frozenset({"scf.if", "scf.for", "scf.while", "scf.yield", "scf.condition", "func.call", "template.call",
+                       "func.return", "template.return", "config.get", "target.subgroup.size",
+                       "index.constant", "scalar.constant", "kernel.launch.config"})
+
+
+def build_launch_config(module: Module, profile: Profile | None) -> bytes:
+    """The `X.launch.loombc` bytes for every exported kernel of `module`
+    (deterministic: no comments, locations or paths)."""
+    from loomcli.bytecode import write_module
+
+    return write_module(launch_module(module, profile), keep_debug=False)
+
+
+def launch_module(module: Module, profile: Profile | None) -> Module:
+    """The artifact as a module (keeps locations, for in-memory use).
+    `profile` is the `--target` profile; a module compiled for a target
+    records it and needs none. Raises CompileError."""
+    from loomcli.emit.abi import exported_kernels, workgroup_storage_bytes
+    from loomcli.targets.checks import ModuleChecks
+    from loomcli.targets.records import check_records
+
+    if profile is None:
+        profile = _compiled_profile(module)
+    checks = ModuleChecks(module)
+    diags = check_records(module)
+    entries: list[tuple[Operation, Profile]] = []
+    for kernel in exported_kernels(module):
+        try:
+            p = checks.profile_for(kernel, profile)
+        except CompileError as e:
+            diags += e.diagnostics
+            continue
+        if p is None:
+            raise UsageError(f"the launch config of @{kernel.attrs['sym']} needs a target (--target)")
+        kernel_diags = checks.check_kernel(kernel, p)
+        if not has_errors(kernel_diags):
+            kernel_diags += _check_config(checks, kernel, p)
+        diags += kernel_diags
+        entries.append((kernel, p))
+    seen: dict[str, Operation] = {}
+    for kernel, _ in entries:
+        name = entry_name(kernel)
+        if name in seen:
+            diags.append(Diagnostic.make("SYMBOL/001", module.path, kernel.loc_of("sym"), name=name))
+        seen[name] = kernel
+    if has_errors(diags):
+        raise CompileError(sorted(_unique(diags), key=lambda d: d.sort_key))
+    return _Builder(module, checks.symbols).build(
+        [(k, p, workgroup_storage_bytes(k, p.subgroup_size, p.max_flat_workgroup_size)) for k, p in entries])
+
+
+def _unique(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for d in diags:
+        key = (d.code, d.message, d.file, d.line, d.column)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _compiled_profile(module: Module) -> Profile | None:
+    from loomcli.pipeline import compiled_target
+    from loomcli.targets.profiles import parse_target
+
+    target = compiled_target(module)
+    return parse_target(target) if target is not None else None
+
+
+# ---------------------------------------------------------------- checking the regions
+
+
+def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> list[Diagnostic]:
+    from loomcli.launch.interpret import field_uses, fold_launch_config
+    from loomcli.passes.evaluate import UndefinedBehavior
+    from loomcli.passes.fold import FOLDERS
+    from loomcli.targets.checks import reachable_ops
+
+    module, symbols = checks.module, checks.symbols
+    sym = kernel.attrs["sym"]
+    diags: list[Diagnostic] = []
+    uses = field_uses(kernel)
+    for op in reachable_ops(kernel.regions[0].ops + kernel.regions[1].ops, symbols):
+        if op.name == "config.get":  # 17.22: emission needs every reachable get bound
+            target = symbols.get(op.attrs.get("ref", ""))
+            if target is None or target.name != "config.def":
+                diags.append(Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attrs.get("ref")))
+    for top in kernel.regions[0].ops:
+        fields = uses.get(top)
+        if not fields:
+            continue
+        for op in reachable_ops([top], symbols):
+            name = op.name
+            if name == "config.get":
+                continue
+            if name in ("func.call", "template.call"):
+                never = not _has_body(symbols.get(op.attrs.get("callee", "")))
+            else:
+                never = name not in EVALUATED and name not in FOLDERS
+            if never:
+                diags.append(Diagnostic.make("LAUNCH_CONFIG/008", module.path, op.loc, field=fields[0], s=sym))
+                break
+    if diags or kernel.regions[0].args:
+        return diags
+    run = fold_launch_config(module, kernel, profile.subgroup_size, checks.evaluator(profile.subgroup_size))
+    if run.failures:
+        f = run.failures[0]
+        if isinstance(f.error, UndefinedBehavior):
+            return [Diagnostic.make("LAUNCH_CONFIG/007", module.path, f.op.loc, why=f.error.reason)]
+        return [Diagnostic.make("LAUNCH_CONFIG/008", module.path, f.op.loc, field=f.fields[0], s=sym)]
+    return diags
+
+
+def _has_body(op: Operation | None) -> bool:
+    return op is not None and op.name in ("func.def", "template.def")
+
+
+# ---------------------------------------------------------------- building
+
+
+class _Builder:
+    def __init__(self, module: Module, symbols: dict[str, Operation]) -> None:
+        self.module = module
+        self.symbols = symbols
+
+    def build(self, entries: list[tuple[Operation, Profile, int]]) -> Module:
+        from loomcli.ir.builder import create
+        from loomcli.ir.types import I32
+        from loomcli.targets.checks import reachable_ops
+        from loomcli.targets.records import record_keys
+
+        out: list[Operation] = [create("config.def", attrs={"sym": FORMAT_SYMBOL, "value": FORMAT_VERSION,
+                                                              "type": I32})]
+        records: dict[tuple[Any, ...], str] = {}
+        kernels: list[Operation] = []
+        for kernel, profile, storage in entries:
+            keys = record_keys(profile)
+            identity = (profile.family, profile.chip, tuple(keys.items()))
+            record = records.get(identity)
+            if record is None:
+                record = records[identity] = f"{TARGET_PREFIX}{len(records)}"
+                op_name = "amdgpu.target" if profile.family == "amdgpu" else "spirv.target"
+                out.append(create(op_name, attrs={"kind": profile.chip, "sym": record, "dict": keys}))
+            entry = entry_name(kernel)
+            facts = {"subgroup_size": profile.subgroup_size or 0, "workgroup_storage_bytes": storage}
+            for fact, t in FACTS.items():
+                out.append(create("config.def", attrs={"sym": fact_symbol(entry, fact), "value": facts[fact],
+                                                       "type": t}))
+            kernels.append(self._launch_kernel(kernel, record))
+            out.append(kernels[-1])
+        # The functions, template families and config values the regions reach, in module order.
+        needed: set[str] = set()
+        for kernel, _, _ in entries:
+            for op in reachable_ops(kernel.regions[0].ops, self.symbols):
+                for key in ("callee", "ref"):
+                    if key in op.attrs:
+                        needed.add(op.attrs[key])
+        for name in list(needed):
+            op = self.symbols.get(name)
+            if op is not None and op.name == "template.def":
+                needed.add(op.attrs["family"])
+        support = [self._support(op) for op in self.module.ops if op.attrs.get("sym") in needed
+                   and op.name in ("func.def", "template.def", "template.decl", "config.def")]
+        self._avoid_reserved(support, kernels)
+        result = Module(self.module.path)
+        for op in out + support:
+            result.body.append(op)
+        return result
+
+    def _launch_kernel(self, kernel: Operation, record: str) -> Operation:
+        """The kernel with its launch-config region and an empty device side.
+        Only the launch-config region is copied: the clone starts from a shell
+        that shares it (the input module is not changed)."""
+        from loomcli.ir.builder import create
+        from loomcli.ir.clone import clone_op
+
+        attrs = {k: v for k, v in kernel.attrs.items() if k not in ("launch", "retain")}
+        shell = Operation(kernel.opdef, attrs=attrs, loc=kernel.loc)
+        shell.attr_locs = kernel.attr_locs
+        shell.regions = [kernel.regions[0], Region(shell)]
+        copy = clone_op(shell)
+        copy.attrs["target"] = record
+        copy.attrs["launch"] = Signature([])
+        copy.regions[1].append(create("kernel.return"))
+        return copy
+
+    def _support(self, op: Operation) -> Operation:
+        from loomcli.ir.clone import clone_op
+
+        copy = clone_op(op)
+        copy.attrs.pop("target", None)  # checked when the module was compiled; the record stays behind
+        return copy
+
+    def _avoid_reserved(self, support: list[Operation], kernels: list[Operation]) -> None:
+        """User symbols never collide with the artifact's own (`launch_config.*`):
+        a function or value of that prefix gets `_` prepended."""
+        from loomcli.driver import LoomError
+        from loomcli.ir.symbols import rename_references
+
+        for op in kernels:
+            if op.attrs["sym"].startswith(PREFIX):
+                raise LoomError(f"kernel @{op.attrs['sym']}: the prefix `{PREFIX}` is reserved in launch configs")
+        taken = {op.attrs["sym"] for op in support + kernels}
+        renames: dict[str, str] = {}
+        for op in support:
+            sym = new = op.attrs["sym"]
+            if sym.startswith(PREFIX):
+                while new in taken:
+                    new = "_" + new
+                renames[sym] = new
+                taken.add(new)
+        if not renames:
+            return
+        for op in support + kernels:
+            if op.attrs.get("sym") in renames:
+                op.attrs["sym"] = renames[op.attrs["sym"]]
+            rename_references(op, renames)
