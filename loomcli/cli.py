@@ -19,8 +19,11 @@ COMMANDS: dict[str, str] = {
     "compile": "loomcli.commands.compile:compile",
     "emit": "loomcli.commands.emit:emit",
     "fmt": "loomcli.commands.fmt:fmt",
+    "launch-eval": "loomcli.commands.launch_eval:launch_eval",
     "link": "loomcli.commands.link:link",
     "opt": "loomcli.commands.opt:opt",
+    "targets": "loomcli.commands.targets:targets",
+    "test": "loomcli.commands.test:test",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -50,8 +53,11 @@ SUMMARIES = {
     "compile": "Compile a module: link, bind config, select templates, run passes, emit.",
     "emit": "Emit a target artifact (.hsaco, .spv, .ll, .s) from a compiled module.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",
+    "launch-eval": "Evaluate a kernel's launch (workgroups, sizes, storage) for workload values.",
     "link": "Link modules against libraries into one module.",
     "opt": "Run a pass pipeline over a module and print the result.",
+    "targets": "List the target profiles and their limits.",
+    "test": "Run check cases on a Vulkan device and report per case and sample.",
 }
 
 
