@@ -1,0 +1,73 @@
+"""LLVM code generation: LLVM IR text in, object or assembly bytes out.
+
+This module imports llvmlite and is meant to run inside a worker process
+(`loomcli.jobs.isolated`): LLVM reports some errors by aborting, and an
+abort there cannot take `loom` down. Target machines and pass builders are
+created once per process and reused.
+
+Request header (JSON): `triple`, `cpu`, `features`, `datalayout` (checked
+against the target machine's), `emit` ("object" | "assembly" |
+"optimized-ir"), `opt` (0-3).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import llvmlite.binding as llvm
+
+
+@cache
+def _initialized() -> bool:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return True
+
+
+@cache
+def _machine(triple: str, cpu: str, features: str, opt: int) -> Any:
+    _initialized()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
+
+
+@cache
+def _pass_builder(triple: str, cpu: str, features: str, opt: int) -> Any:
+    tm = _machine(triple, cpu, features, opt)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    return llvm.create_pass_builder(tm, pto)
+
+
+def warm() -> None:
+    """Worker start-up: initialize LLVM before the first request arrives."""
+    _initialized()
+
+
+def compile_ir(header: dict[str, Any], ir: bytes) -> bytes:
+    triple, cpu, features = header["triple"], header["cpu"], header.get("features", "")
+    opt = int(header.get("opt", 3))
+    tm = _machine(triple, cpu, features, opt)
+    want = header.get("datalayout")
+    if want and want != str(tm.target_data):
+        raise ValueError(f"data layout mismatch: lowering uses {want!r}, LLVM {str(tm.target_data)!r}")
+    module = llvm.parse_assembly(ir.decode())
+    module.verify()
+    if opt:
+        pb = _pass_builder(triple, cpu, features, opt)
+        pb.getModulePassManager().run(module, pb)
+    emit = header.get("emit", "object")
+    if emit == "object":
+        return bytes(tm.emit_object(module))
+    if emit == "assembly":
+        return tm.emit_assembly(module).encode()
+    if emit == "optimized-ir":
+        return str(module).encode()
+    raise ValueError(f"unknown emit kind {emit!r}")
+
+
+def verify_ir(header: dict[str, Any], ir: bytes) -> bytes:
+    """Parse and verify only (tests, `llvmir-text` checks)."""
+    _initialized()
+    llvm.parse_assembly(ir.decode()).verify()
+    return b""

@@ -1,0 +1,67 @@
+"""What an LLVM-based target contributes to the shared lowering: data only.
+
+The lowering in `loomcli.emit.llvm.lower` is written once. A target hands it
+an `LLVMTarget`: address spaces, the calling convention and attributes of a
+kernel, module flags, and small *snippets* of LLVM IR for the few things
+every GPU spells differently (coordinates, control barriers, lane shuffles).
+
+A snippet is a tuple of LLVM IR instruction lines. `%in0`, `%in1`, ... name
+its inputs and `%out` its result; every other `%name` is a local that the
+lowering renames to a fresh value. Calls inside snippets are declared
+automatically from their call sites, so a snippet needs no `declare` lines.
+Nothing in the shared lowering asks which target it is compiling for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+Snippet = tuple[str, ...]
+
+# Math functions a target may or may not lower natively, per LLVM float type
+# ("half", "float", "double"); the shared lowering expands the others
+# (`loomcli.emit.llvm.mathlib`).
+MATH_FUNCTIONS = ("sqrt", "exp", "exp2", "log", "log2", "sin", "cos", "floor", "ceil", "fabs", "fma",
+                  "minimum", "maximum", "minnum", "maxnum", "ldexp", "frexp", "rint", "tanh", "pow")
+
+
+@dataclass(frozen=True)
+class LLVMTarget:
+    name: str                         # for messages: "amdgpu:gfx1100"
+    triple: str
+    datalayout: str
+    cpu: str
+    features: str
+    index_bits: int                   # an `index` is held in this many bits (LANGUAGE.md 17.27)
+    offset_bits: int
+    subgroup_size: int | None         # fixed wave/subgroup size, None: read it at run time
+    # Loom memory space -> LLVM address space; "generic" is the flat space
+    # values fall back to when control flow merges two spaces.
+    address_space: Mapping[str, int]
+    kernel_cc: str                    # calling convention of kernels, e.g. "amdgpu_kernel"
+    # Kernel function attributes; `{flat_lo}`/`{flat_hi}` are the flat
+    # workgroup size bounds (equal when the size folds).
+    kernel_attributes: tuple[str, ...]
+    # `!name !{...}` attachments of a kernel whose workgroup size folds;
+    # `{x}`, `{y}`, `{z}` are the sizes.
+    kernel_metadata_folded: tuple[str, ...]
+    module_flags: tuple[str, ...]     # metadata tuples, e.g. '!{i32 1, !"key", i32 500}'
+    # Coordinates: "workitem.id.x", "workgroup.id.x", "workgroup.size.x",
+    # "workgroup.count.x" (and y, z), "subgroup.lane.id", "subgroup.size".
+    coordinates: Mapping[str, Snippet]
+    syncscope: Mapping[str, str]      # Loom scope -> LLVM syncscope ("" is the system scope)
+    control_barrier: Mapping[str, Snippet]  # Loom scope (workgroup, subgroup) -> barrier
+    shuffle: Snippet                  # %out (i32) = %in0 (i32) of lane %in1 (i32)
+    broadcast_first: Snippet          # %out (i32) = %in0 (i32) of the first active lane
+    active_lanes: Snippet             # %out (i32) = number of active lanes of the subgroup
+    # Metadata kinds attached (as `!{}`) to atomics of every scope but system.
+    atomic_metadata: tuple[str, ...] = ()
+    # (function, LLVM float type) pairs the back end lowers; others are expanded.
+    native_math: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    # Attributes of every function lowered with this target (a kernel's own
+    # wave size, say); device functions called from it get them too.
+    function_attributes: tuple[str, ...] = ()
+
+    def space(self, memory_space: str) -> int:
+        return self.address_space[memory_space]

@@ -1,0 +1,1 @@
+"""Jobs: running work outside the coordinator process (code generation workers)."""

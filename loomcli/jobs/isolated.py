@@ -1,0 +1,240 @@
+"""Run functions in a warm worker process, so a crash there cannot take loom down.
+
+LLVM reports some errors by aborting the process (`LLVM ERROR: Cannot
+select`, assertion failures). Code generation therefore runs in a child
+process: `python -m loomcli.jobs.isolated MODULE...` imports the named
+modules (calling their `warm()` if they have one), then serves requests on
+stdin/stdout until stdin closes.
+
+A request names a function as `"package.module:function"` and carries a
+JSON header and a byte payload; the function is called as
+`function(header, payload)` and returns bytes. Framing, both ways, is
+little-endian: `u32 header length, u32 payload length, header, payload`; a
+reply starts with one status byte (0 ok, 1 the function raised: the header
+is then `{"error": message}`).
+
+`Worker` is the parent side: it starts the child lazily, keeps it warm
+between requests, and turns a dead child into `LoomError(..., 3)` naming the
+signal (SIGABRT from LLVM) or the exit status with the last lines LLVM
+printed. A new child starts on the next request. `shared_worker()` is the
+process-wide worker the emitters use; a pool can hold several `Worker`s.
+The child ignores SIGINT: Ctrl-C reaches the coordinator, which closes it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+_FRAME = struct.Struct("<II")
+_STATUS = struct.Struct("<B")
+
+
+class WorkerCrash(Exception):
+    """The worker process died while serving a request."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        super().__init__(returncode, stderr)
+        self.returncode = returncode
+        self.stderr = stderr
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = "unknown"
+            return f"signal {self.signal}, {name}"
+        return f"exit status {self.returncode}"
+
+    def last_lines(self, n: int = 3) -> str:
+        lines = [line.strip() for line in self.stderr.strip().splitlines() if line.strip()]
+        return " | ".join(lines[:n])
+
+
+class RemoteError(Exception):
+    """The function raised in the worker; the worker is still healthy."""
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = stream.read(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+class Worker:
+    """One warm child process serving one request at a time."""
+
+    def __init__(self, preload: Sequence[str] = ()) -> None:
+        self.preload = tuple(preload)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr: Any = None
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the child now (it warms up while the caller does other work)."""
+        with self.lock:
+            self._ensure()
+
+    def _ensure(self) -> subprocess.Popen[bytes]:
+        if self.proc is not None and self.proc.poll() is None:
+            return self.proc
+        self._reap()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
+        self.proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.isolated", *self.preload],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        return self.proc
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self.stderr is not None:
+            self.stderr.close()
+            self.stderr = None
+
+    def _crash(self, proc: subprocess.Popen[bytes]) -> WorkerCrash:
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        text = ""
+        if self.stderr is not None:
+            self.stderr.seek(0)
+            text = self.stderr.read()[-8192:].decode("utf-8", "replace")
+        self._reap()
+        return WorkerCrash(code, text)
+
+    def call(self, function: str, header: dict[str, Any], payload: bytes = b"") -> bytes:
+        """`function(header, payload)` in the child. Raises WorkerCrash if the
+        child dies (it is restarted on the next call), RemoteError if the
+        function raised."""
+        with self.lock:
+            proc = self._ensure()
+            assert proc.stdin is not None and proc.stdout is not None
+            head = json.dumps({"call": function, "header": header}).encode()
+            try:
+                proc.stdin.write(_FRAME.pack(len(head), len(payload)) + head + payload)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                raise self._crash(proc) from None
+            status = _read_exact(proc.stdout, 1)
+            frame = _read_exact(proc.stdout, _FRAME.size) if status is not None else None
+            if status is None or frame is None:
+                raise self._crash(proc)
+            hlen, plen = _FRAME.unpack(frame)
+            reply_head = _read_exact(proc.stdout, hlen)
+            reply = _read_exact(proc.stdout, plen)
+            if reply_head is None or reply is None:
+                raise self._crash(proc)
+            if status[0] != 0:
+                raise RemoteError(json.loads(reply_head).get("error", "unknown error"))
+            return reply
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def close(self) -> None:
+        with self.lock:
+            self._reap()
+
+
+_shared: dict[tuple[str, ...], Worker] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_worker(preload: Sequence[str] = ()) -> Worker:
+    """The process-wide worker for `preload`, created (not started) once."""
+    key = tuple(preload)
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Worker(key)
+            if len(_shared) == 1:
+                atexit.register(_close_shared)
+        return _shared[key]
+
+
+def _close_shared() -> None:
+    for w in _shared.values():
+        w.close()
+
+
+# ---------------------------------------------------------------- the child
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    functions: dict[str, Callable[[dict[str, Any], bytes], bytes]] = {}
+    while True:
+        frame = _read_exact(stdin, _FRAME.size)
+        if frame is None:
+            return
+        hlen, plen = _FRAME.unpack(frame)
+        head = _read_exact(stdin, hlen)
+        payload = _read_exact(stdin, plen)
+        if head is None or payload is None:
+            return
+        status, reply_head, reply = 0, b"", b""
+        try:
+            request = json.loads(head)
+            name = request["call"]
+            if name not in functions:
+                module, _, attr = name.partition(":")
+                functions[name] = getattr(importlib.import_module(module), attr)
+            reply = functions[name](request.get("header", {}), payload)
+        except Exception as e:  # reported to the parent; the worker stays up
+            status, reply_head = 1, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+        stdout.write(_STATUS.pack(status) + _FRAME.pack(len(reply_head), len(reply)) + reply_head + reply)
+        stdout.flush()
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Replies go to a private copy of stdout; anything else printed to fd 1
+    # (by Python or by LLVM) goes to stderr and cannot corrupt the framing.
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for name in argv:
+        module = importlib.import_module(name)
+        warm = getattr(module, "warm", None)
+        if warm is not None:
+            warm()
+    serve(sys.stdin.buffer, replies)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
