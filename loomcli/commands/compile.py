@@ -66,6 +66,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         raise UsageError("--out-dir needs at least one --target")
     if depfile_path and len(profiles) > 1:
         raise UsageError("-MF names one depfile; with several targets use -MD")
+    out_format = None
     if output is not None:
         out_format = format_for(output, fmt) or MODULE_FORMATS.get(os.path.splitext(output)[1])
         if out_format is None:
@@ -74,6 +75,12 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError(f"emitting {out_format} needs --target")
         if output == "-" and out_format in BINARY and click.get_text_stream("stdout").isatty():
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
+    kinds = {fmt or "amdgpu-hsaco"} if out_dir is not None else {out_format}
+    if any(p.family == "amdgpu" for p in profiles) and kinds & {"amdgpu-hsaco", "asm"}:
+        # Start LLVM's worker now: it warms up while the front end runs.
+        from loomcli.emit.amdgpu import start_worker
+
+        start_worker()
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
                              config_files=config_files, pipeline=pipeline,
                              require_resolved_config=require_resolved_config)
