@@ -1,0 +1,393 @@
+"""Module-level SPIR-V emission: checks, entry points, interfaces, manifest.
+
+`SpirvEmitter.run` checks every kernel against the profile (TARGET/001-006),
+analyses memory roots, writes one GLCompute entry point per kernel (device
+functions become OpFunctions specialized per candidate roots of their buffer
+and view arguments), and returns the `Artifact` with its manifest facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import Artifact
+from loomcli.emit.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
+from loomcli.emit.abi import workgroup_storage_bytes as storage_bytes
+from loomcli.emit.spirv.builder import Builder
+from loomcli.emit.spirv.lower import BufferValue, Lowerer
+from loomcli.emit.spirv.memory import Facts, Root, RootAnalysis, SpecKey, decide_storage, sorted_roots
+from loomcli.emit.spirv.spec import EXEC_LOCAL_SIZE, GLCOMPUTE, SC, BuiltIn, Dec, Op
+from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
+from loomcli.ir.core import Module, Operation
+from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, F64, I1, I64, ScalarType, is_view
+
+if TYPE_CHECKING:
+    from loomcli.targets.profiles import Profile
+
+VEC3_BUILTINS = frozenset({BuiltIn.NumWorkgroups, BuiltIn.WorkgroupId, BuiltIn.LocalInvocationId,
+                           BuiltIn.GlobalInvocationId})
+
+
+@dataclass(eq=False)
+class KernelInfo:
+    op: Operation
+    profile: Profile                  # the kernel's own (a pinned kernel uses its record's)
+    abi: KernelABI
+    workgroup_size: tuple[int, int, int]
+    scratch_bytes: int
+    storage_bytes: int
+    facts: Facts | None = None
+    fw: FunctionWriter | None = None
+    scratch_var: int = 0
+
+    def scratch(self, b: Builder) -> int:
+        """The workgroup-reduction scratch (u32 words), created on first use."""
+        if not self.scratch_var:
+            words = max(self.scratch_bytes // 4, 2)
+            self.scratch_var = b.m.variable(SC.Workgroup, b.m.array(b.u32_t, words))
+        return self.scratch_var
+
+
+@dataclass(eq=False)
+class FunctionSpec:
+    fw: FunctionWriter
+    param_roots: list[tuple[Root, ...]]
+    result_roots: list[tuple[Root, ...]]
+    result_components: list[int] = field(default_factory=list)
+
+
+class SpirvEmitter:
+    def __init__(self, module: Module, profile: Profile) -> None:
+        if profile.family != "spirv" or profile.spirv_version is None:
+            raise ValueError(f"emit_spirv needs a spirv profile, not {profile.name}")
+        self.module = module
+        self.profile = profile
+        self.path = module.path
+        self.version = profile.spirv_version
+        self.m = ModuleWriter(self.version)
+        self.analysis = RootAnalysis(module)
+        self.specs: dict[SpecKey, FunctionSpec] = {}
+        self.helpers: dict[str, FunctionWriter] = {}
+        self.inputs: set[int] = set()
+
+    # ------------------------------------------------------------ checks
+
+    def _error(self, diags: list[Diagnostic], code: str, loc: tuple[int, int], **fields: object) -> None:
+        diags.append(Diagnostic.make(code, self.path, loc, **fields))
+
+    def check(self, kernel: Operation, p: Profile, diags: list[Diagnostic]) -> KernelInfo | None:
+        """The facts emission relies on, checked again here so `emit_spirv` is
+        safe on its own (`loomcli.targets.checks` reports them first)."""
+        from loomcli.passes.fold import constant_of
+
+        sym = kernel.attrs["sym"]
+        config = kernel.regions[0].ops[-1]
+        n_groups = config.attrs.get("workgroups", 3)
+        n_size = config.attrs.get("workgroup_size", 3)
+        cluster = config.operands[n_groups + n_size:n_groups + n_size + config.attrs.get("cluster_size", 0)]
+        values = [constant_of(v) for v in cluster]
+        if cluster and all(isinstance(v, int) for v in values) and values != [1] * len(values):
+            self._error(diags, "TARGET/001", config.loc_of("cluster_size"),
+                        text="cluster_size " + "x".join(map(str, values)))
+        size = workgroup_size_constants(kernel) or _folded_size(self.module, kernel, p)
+        errors = len(diags)
+        if size is None:
+            self._error(diags, "TARGET/002", config.loc_of("workgroup_size"), k=sym, target="spirv")
+        elif (any(s > lim for s, lim in zip(size, p.max_workgroup_size)) or min(size) < 1
+              or size[0] * size[1] * size[2] > p.max_flat_workgroup_size):
+            self._error(diags, "TARGET/003", config.loc_of("workgroup_size"), x=size[0], y=size[1], z=size[2],
+                        target=p.name)
+        abi = kernel_abi(kernel, "spirv")
+        if p.max_push_constant_bytes is not None and abi.args_bytes > p.max_push_constant_bytes:
+            self._error(diags, "TARGET/006", kernel.loc, k=sym, n=abi.args_bytes, limit=p.max_push_constant_bytes)
+        if p.subgroup_size is not None and self.version < (1, 6):
+            self._error(diags, "TARGET/001", kernel.loc, text=f"subgroup_size on {p.selector}")
+        self._features(kernel, p, diags)
+        total = storage_bytes(kernel, p.subgroup_size, p.max_flat_workgroup_size)
+        if total > p.max_workgroup_storage_bytes:
+            self._error(diags, "TARGET/004", kernel.loc, n=total, limit=p.max_workgroup_storage_bytes)
+        if len(diags) > errors or size is None:
+            return None
+        _, scratch = reduction_scratch(kernel, p.subgroup_size, p.max_flat_workgroup_size)
+        return KernelInfo(kernel, p, abi, size, scratch, total)
+
+    def _features(self, kernel: Operation, p: Profile, diags: list[Diagnostic]) -> None:
+        """TARGET/005 for types the profile's feature facts rule out."""
+        missing: dict[str, None] = {}
+        have = p.features
+
+        def see(t: object) -> None:
+            if is_view(t):
+                size = ELEMENT_BYTES[t.elem]  # type: ignore[attr-defined]
+                if size == 1 and "int8_storage" not in have:
+                    missing["int8_storage"] = None
+                if size == 2 and "int16_storage" not in have:
+                    missing["int16_storage"] = None
+                t = t.elem  # type: ignore[attr-defined]
+            elif hasattr(t, "elem"):
+                t = t.elem  # type: ignore[attr-defined]
+            feature = {F16: "f16", F64: "f64", I64: "i64"}.get(t)  # type: ignore[call-overload]
+            if feature and feature not in have:
+                missing[feature] = None
+
+        seen_fns: set[str] = set()
+
+        def walk(region) -> None:  # type: ignore[no-untyped-def]
+            for a in region.args:
+                see(a.type)
+            for op in region.ops:
+                for r in op.results:
+                    see(r.type)
+                if op.name in ("func.call", "template.call") and op.attrs["callee"] not in seen_fns:
+                    seen_fns.add(op.attrs["callee"])
+                    fn = self.analysis.symbols.get(op.attrs["callee"])
+                    if fn is not None and fn.regions:
+                        walk(fn.regions[0])
+                for sub in op.regions:
+                    walk(sub)
+
+        walk(kernel.regions[1])
+        for feature in missing:
+            self._error(diags, "TARGET/005", kernel.loc, k=kernel.attrs["sym"], feature=feature, target=p.name)
+
+    # ------------------------------------------------------------ globals
+
+    def builtin(self, which: int) -> tuple[int, int]:
+        m = self.m
+        t = m.vector(m.int(32), 3) if which in VEC3_BUILTINS else m.int(32)
+        var, created = m.interned_variable(("builtin", which), SC.Input, t)
+        if created:
+            m.decorate(var, Dec.BuiltIn, which)
+            self.inputs.add(var)
+        return var, t
+
+    def storage_buffer(self, binding: int, storage: tuple[str, int], elem_t: int) -> int:
+        """The binding's declaration as a runtime array of `storage` elements; one
+        binding used with several element types gets several aliased declarations."""
+        m = self.m
+        block = m.block_struct((m.runtime_array(elem_t, storage[1] // 8),), (0,))
+        var, created = m.interned_variable(("sb", binding, storage), SC.StorageBuffer, block)
+        if created:
+            m.decorate(var, Dec.DescriptorSet, 0)
+            m.decorate(var, Dec.Binding, binding)
+            m.decorate(var, Dec.Aliased)
+        return var
+
+    def root_variable(self, root: Root, elem_t: int) -> int:
+        if not root.var:
+            n = max(-(-root.size // root.word_bytes), 1)
+            sc = SC.Workgroup if root.kind == "workgroup" else SC.Private
+            root.var = self.m.variable(sc, self.m.array(elem_t, n))
+        return root.var
+
+    def math_helper(self, name: str) -> FunctionWriter:
+        fw = self.helpers.get(name)
+        if fw is None:
+            from loomcli.emit.spirv.mathlib import build
+
+            fw = self.helpers[name] = build(self, name)
+        return fw
+
+    # ------------------------------------------------------------ functions
+
+    def function(self, key: SpecKey, call: Operation) -> FunctionSpec:
+        spec = self.specs.get(key)
+        if spec is not None:
+            return spec
+        fn = self.analysis.symbols.get(key[0])
+        if fn is None or fn.name not in ("func.def", "template.def"):
+            raise CompileError([Diagnostic.make("LINK/001", self.path, call.loc, s=key[0])])
+        facts = self.analysis.function(key)
+        body = fn.regions[0]
+        shaper = Lowerer(self, None, facts, None)  # type: ignore[arg-type]
+        param_roots = [sorted_roots(r) for r in key[1]]
+        params: list[int] = []
+        for arg, roots in zip(body.args, param_roots):
+            params.extend(shaper.shape(arg.type, roots))
+        term = body.terminator
+        result_roots = [sorted_roots(r) for r in facts.results]
+        comps: list[int] = []
+        if term is not None:
+            for v, roots in zip(term.operands, result_roots):
+                comps.extend(shaper.shape(v.type, roots))
+        m = self.m
+        ret = m.void() if not comps else comps[0] if len(comps) == 1 else m.struct(tuple(comps))
+        fw = FunctionWriter(m, ret, tuple(params))
+        spec = self.specs[key] = FunctionSpec(fw, param_roots, result_roots, comps)
+        lo = Lowerer(self, fw, facts, None)
+        fw.label()
+        start = 0
+        for arg, roots in zip(body.args, param_roots):
+            n = len(lo.shape(arg.type, roots))
+            lo.env[arg] = lo.retarget_ids(arg, fw.params[start:start + n], roots)
+            start += n
+        term = lo.block(body)
+        flat: list[int] = []
+        for v, roots in zip(term.operands, result_roots):
+            flat.extend(lo.flatten(v.type, lo.env[v], roots))
+        if not flat:
+            fw.op(Op.Return)
+        elif len(flat) == 1:
+            fw.op(Op.ReturnValue, flat[0])
+        else:
+            fw.op(Op.ReturnValue, fw.val(Op.CompositeConstruct, ret, *flat))
+        return spec
+
+    # ------------------------------------------------------------ kernels
+
+    def kernel(self, info: KernelInfo) -> None:
+        m = self.m
+        body = info.op.regions[1]
+        fw = info.fw = FunctionWriter(m, m.void(), ())
+        lo = Lowerer(self, fw, info.facts, info)  # type: ignore[arg-type]
+        fw.label()
+        self._push_constants(lo, info)
+        term = lo.block(body)
+        if term.name != "kernel.return":  # pragma: no cover - the verifier guarantees it
+            raise lo.fail("STRUCTURE/001", term, op="kernel.def", terminator="kernel.return")
+        fw.op(Op.Return)
+
+    def _push_constants(self, lo: Lowerer, info: KernelInfo) -> None:
+        m = self.m
+        args = info.op.regions[1].args
+        scalars = info.abi.scalars
+        for p in info.abi.buffers:
+            arg = args[p.index]
+            lo.env[arg] = BufferValue(lo.roots_of(arg), None)
+        if not scalars:
+            return
+        members = []
+        for p in scalars:
+            t = args[p.index].type
+            members.append(m.int(64) if t is I64 else m.float(64) if t is F64 else m.float(32) if t is F32
+                           else m.int(32))
+        block = m.block_struct(tuple(members), tuple(p.byte_offset for p in scalars))
+        var = m.variable(SC.PushConstant, block)
+        lo.fw.use_global(var)
+        for k, (p, mt) in enumerate(zip(scalars, members)):
+            ptr = lo.val(Op.AccessChain, m.pointer(SC.PushConstant, mt), var, lo.u32(k))
+            raw = lo.val(Op.Load, mt, ptr)
+            lo.env[args[p.index]] = self._from_slot(lo, args[p.index].type, raw)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _from_slot(lo: Lowerer, t: ScalarType, raw: int) -> int:
+        """A scalar parameter from its push-constant slot (low bits of a 4-byte
+        slot for narrow types; i1 arrives as 0/1)."""
+        if t is I1:
+            return lo.cmp(Op.INotEqual, raw, lo.u32(0))
+        if t.category == "int" and t.bits in (8, 16):
+            return lo.val(Op.UConvert, lo.vtype(t), raw)
+        if t is F16:
+            pair = lo.bitcast(lo.m.vector(lo.vtype(t), 2), raw)
+            return lo.val(Op.CompositeExtract, lo.vtype(t), pair, 0)
+        if t is BF16:
+            return lo.bitcast(lo.m.float(32), lo.ishl(raw, 16))
+        return raw
+
+    def _interface(self, fw: FunctionWriter) -> list[int]:
+        seen: dict[int, None] = {}
+        done: set[int] = set()
+
+        def visit(f: FunctionWriter) -> None:
+            if f.id in done:
+                return
+            done.add(f.id)
+            for v in f.globals_used:
+                seen[v] = None
+            for callee in f.callees.values():
+                visit(callee)
+
+        visit(fw)
+        if self.version >= (1, 4):
+            return list(seen)
+        return [v for v in seen if v in self.inputs]
+
+    # ------------------------------------------------------------ driver
+
+    def run(self) -> Artifact:
+        diags = _shared_checks(self.module, self.profile)
+        if any(d.severity == "error" for d in diags):
+            raise CompileError(diags)
+        infos = []
+        for kernel in exported_kernels(self.module):
+            info = self.check(kernel, _kernel_profile(self.module, kernel, self.profile), diags)
+            if info is not None:
+                infos.append(info)
+        if diags:
+            raise CompileError(sorted(diags, key=lambda d: d.sort_key))
+        for info in infos:
+            args = info.op.regions[1].args
+            info.facts = self.analysis.kernel(info.op, {args[p.index]: p.binding for p in info.abi.buffers})
+        for root in self.analysis.allocas.values():
+            why = decide_storage(root)
+            if why is not None:
+                assert root.op is not None
+                owner = root.op.parent_op
+                sym = owner.attrs.get("sym", "?") if owner is not None else "?"
+                raise CompileError([Diagnostic.make("TARGET/005", self.path, root.op.loc, k=sym, feature=why,
+                                                    target=self.profile.name)])
+        for info in infos:
+            self.kernel(info)
+        m = self.m
+        for info in infos:
+            assert info.fw is not None
+            m.entry_points.append([Op.EntryPoint, GLCOMPUTE, info.fw.id, *string_words(info.abi.export),
+                                   *self._interface(info.fw)])
+            m.execution_modes.append([Op.ExecutionMode, info.fw.id, EXEC_LOCAL_SIZE, *info.workgroup_size])
+        return Artifact("spirv-binary", m.to_bytes(), [self._manifest(i) for i in infos], self._target())
+
+    def _manifest(self, info: KernelInfo) -> dict[str, object]:
+        abi = info.abi
+        entry: dict[str, object] = {
+            "export": abi.export,
+            "symbol": abi.symbol,
+            "workload": [{"name": n, "type": t} for n, t in abi.workload],
+            "workgroup_size": list(info.workgroup_size),
+            "push_constant_bytes": abi.args_bytes,
+            "parameters": [p.manifest("spirv") for p in abi.params],
+            "resources": {"workgroup_storage_bytes": info.storage_bytes},
+        }
+        if info.profile.subgroup_size is not None:
+            entry["required_subgroup_size"] = info.profile.subgroup_size
+        return entry
+
+    def _target(self) -> dict[str, object]:
+        p = self.profile
+        target: dict[str, object] = {"family": "spirv", "selector": p.selector, "triple": p.triple,
+                                     "spirv_version": f"{self.version[0]}.{self.version[1]}"}
+        if p.subgroup_size is not None:
+            target["subgroup_size"] = p.subgroup_size
+        return target
+
+
+def _shared_checks(module: Module, profile: Profile) -> list[Diagnostic]:
+    """The compile-time TARGET checks every emitter shares (when that module is present)."""
+    try:
+        from loomcli.targets.checks import check_module
+    except ImportError:  # pragma: no cover - a build without the shared checks
+        return []
+    return check_module(module, profile)
+
+
+def _kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Profile:
+    """The kernel's profile: its pinned record's, else the one emitted for."""
+    try:
+        from loomcli.targets.checks import profile_for
+    except ImportError:  # pragma: no cover
+        return profile
+    return profile_for(module, kernel, profile) or profile
+
+
+def _folded_size(module: Module, kernel: Operation, profile: Profile) -> tuple[int, int, int] | None:
+    """The workgroup size by running the launch configuration on constants
+    (for modules whose passes left the size unfolded in the IR)."""
+    try:
+        from loomcli.launch.interpret import fold_launch_config
+    except ImportError:  # pragma: no cover
+        return None
+    size = fold_launch_config(module, kernel, profile.subgroup_size).values.get("workgroup_size")
+    if size is None or any(not isinstance(v, int) or isinstance(v, bool) for v in size):
+        return None
+    return (size[0], size[1], size[2])
