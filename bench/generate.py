@@ -30,7 +30,7 @@ def generate(target_bytes: int) -> str:
     while size < target_bytes:
         t = templates[i % len(templates)]
         # Rename the symbol and export so every kernel is distinct.
-        t = re.sub(r'export\("(\w+)"\) @(\w+)', lambda m: f'export("{m.group(1)}_{i}") @{m.group(2)}_{i}', t)
+        t = re.sub(r'export\("(\w+)"\) @(\w+)', lambda m, i=i: f'export("{m.group(1)}_{i}") @{m.group(2)}_{i}', t)
         parts.append(t)
         size += len(t) + 2
         i += 1

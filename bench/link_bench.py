@@ -73,9 +73,9 @@ template.def<@bench.tile> @bench.tile_any(%n: index) -> (index) {
 def make_project(folder: Path, kernels: int, libraries: int) -> tuple[Path, list[Path]]:
     helpers = max(1, kernels // libraries)
     libs = []
-    for l in range(libraries):
-        text = "\n".join(HELPER.format(l=l, h=h, c=l * 7 + h + 1) for h in range(helpers))
-        path = folder / f"lib{l}.loom"
+    for lib in range(libraries):
+        text = "\n".join(HELPER.format(l=lib, h=h, c=lib * 7 + h + 1) for h in range(helpers))
+        path = folder / f"lib{lib}.loom"
         path.write_text(text)
         libs.append(path)
     decls: dict[str, None] = {}
@@ -83,8 +83,8 @@ def make_project(folder: Path, kernels: int, libraries: int) -> tuple[Path, list
     for k in range(kernels):
         l1, l2 = k % libraries, (k * 7 + 3) % libraries
         h1, h2 = k % helpers, (k * 3 + 1) % helpers
-        for l, h in ((l1, h1), (l2, h2)):
-            decls.setdefault(f"func.decl public pure @lib{l}.scale{h}(%x: index) -> (index)", None)
+        for lib, h in ((l1, h1), (l2, h2)):
+            decls.setdefault(f"func.decl public pure @lib{lib}.scale{h}(%x: index) -> (index)", None)
         bodies.append(KERNEL.format(k=k, l1=l1, h1=h1, l2=l2, h2=h2))
     main = folder / "kernels.loom"
     main.write_text(FAMILY + "\n" + "\n\n".join(decls) + "\n\n" + "\n".join(bodies))
@@ -101,7 +101,8 @@ def main() -> None:
     from loomcli.pipeline import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
-    print(f"{'kernels':>8} {'libraries':>9} {'median':>10} {'per kernel':>11}   (link + bind + select + default pipeline, n={args.repeat})")
+    print(f"{'kernels':>8} {'libraries':>9} {'median':>10} {'per kernel':>11}   "
+          f"(link + bind + select + default pipeline, n={args.repeat})")
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             main_path, libs = make_project(Path(tmp), size, args.libraries)

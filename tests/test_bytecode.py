@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import pathlib
 import struct
@@ -379,7 +380,7 @@ def test_symbol_table() -> None:
     assert all(isinstance(e, SymbolEntry) and e.kind == e.op_name for e in entries)
     # Payloads tile the end of the file in order.
     assert entries[-1].offset + entries[-1].length == len(data)
-    for a, b in zip(entries, entries[1:]):
+    for a, b in itertools.pairwise(entries):
         assert a.offset + a.length == b.offset
     with pytest.raises(AttributeError):
         entries[0].symbol = "x"  # frozen

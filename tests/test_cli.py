@@ -27,9 +27,9 @@ def loom(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> sub
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["--version", "--json"], ["fmt", "--help"]])
 def test_light_commands_import_neither_llvm_nor_rich(argv: list[str]) -> None:
     code = ("import sys\nfrom loomcli.cli import main\n"
-            "try:\n    main(%r)\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'rich'))\n"
-            "assert not heavy, heavy\n" % (argv,))
+            "assert not heavy, heavy\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0, r.stderr.decode()
 

@@ -325,7 +325,8 @@ def test_pipeline_text_round_trips() -> None:
 @pytest.mark.parametrize("text, message", [
     ("", "empty pass pipeline"),
     ("frobnicate", "unknown pass `frobnicate`; known passes: canonicalize, cse, dce"),
-    ("canonicalize{max-iteration=3}", "unknown option `max-iteration` of pass `canonicalize`; its options: max-iterations"),
+    ("canonicalize{max-iteration=3}",
+     "unknown option `max-iteration` of pass `canonicalize`; its options: max-iterations"),
     ("canonicalize{max-iterations=0}", "expects an integer >= 1, got `0`"),
     ("canonicalize{max-iterations=many}", "expects an integer >= 1, got `many`"),
     ("canonicalize{max-iterations}", "expected `option=value`"),
@@ -529,7 +530,36 @@ _PROPERTY_EXAMPLES = int(os.environ.get("LOOM_PROPERTY_EXAMPLES", "300"))
 # Found by hypothesis: the original runs past the evaluation budget (a loop
 # of 255^3 trips whose result dce removes); it has no value to compare.
 @example(
-    case=('func.def pure @f(%v0: index, %v1: i8, %v2: i32, %v3: f32) -> (index, i8, i32, f32) {\n  %v4 = scalar.constant 0 : i32\n  %v6 = index.constant 1 : index\n  %v5 = scf.for %v7 = [%v0 to %v0 step %v6](%v8 = %v1 : i8) -> (i8) {\n    %v9 = scalar.addi %v8, %v8 : i8\n    scf.yield %v9 : i8\n  }\n  %v11 = index.constant 1 : index\n  %v10 = scf.for %v12 = [%v0 to %v0 step %v11](%v13 = %v0 : index) -> (index) {\n    %v14 = index.add %v13, %v12 : index\n    scf.yield %v14 : index\n  }\n  %v16 = index.constant 1 : index\n  %v15 = scf.for %v17 = [%v0 to %v0 step %v16](%v18 = %v1 : i8) -> (i8) {\n    %v19 = scalar.addi<nsw> %v18, %v18 : i8\n    scf.yield %v19 : i8\n  }\n  %v20 = scalar.constant 0.0 : f32\n  %v21 = index.mul %v0, %v0 : index\n  %v22 = scalar.addi %v2, %v2 : i32\n  %v23 = scalar.constant 0.0 : f32\n  %v25 = index.mul %v0, %v21 : index\n  %v26 = index.add %v0, %v0 : index\n  %v28 = index.constant 1 : index\n  %v27 = scf.for %v29 = [%v0 to %v25 step %v28](%v30 = %v0 : index) -> (index) {\n    %v31 = index.xori %v30, %v30 : index\n    scf.yield %v31 : index\n  }\n  func.return %v0, %v5, %v4, %v3 : index, i8, i32, f32\n}\n',
+    case=('func.def pure @f(%v0: index, %v1: i8, %v2: i32, %v3: f32) -> (index, i8, i32, f32) {\n'
+          '  %v4 = scalar.constant 0 : i32\n'
+          '  %v6 = index.constant 1 : index\n'
+          '  %v5 = scf.for %v7 = [%v0 to %v0 step %v6](%v8 = %v1 : i8) -> (i8) {\n'
+          '    %v9 = scalar.addi %v8, %v8 : i8\n'
+          '    scf.yield %v9 : i8\n'
+          '  }\n'
+          '  %v11 = index.constant 1 : index\n'
+          '  %v10 = scf.for %v12 = [%v0 to %v0 step %v11](%v13 = %v0 : index) -> (index) {\n'
+          '    %v14 = index.add %v13, %v12 : index\n'
+          '    scf.yield %v14 : index\n'
+          '  }\n'
+          '  %v16 = index.constant 1 : index\n'
+          '  %v15 = scf.for %v17 = [%v0 to %v0 step %v16](%v18 = %v1 : i8) -> (i8) {\n'
+          '    %v19 = scalar.addi<nsw> %v18, %v18 : i8\n'
+          '    scf.yield %v19 : i8\n'
+          '  }\n'
+          '  %v20 = scalar.constant 0.0 : f32\n'
+          '  %v21 = index.mul %v0, %v0 : index\n'
+          '  %v22 = scalar.addi %v2, %v2 : i32\n'
+          '  %v23 = scalar.constant 0.0 : f32\n'
+          '  %v25 = index.mul %v0, %v21 : index\n'
+          '  %v26 = index.add %v0, %v0 : index\n'
+          '  %v28 = index.constant 1 : index\n'
+          '  %v27 = scf.for %v29 = [%v0 to %v25 step %v28](%v30 = %v0 : index) -> (index) {\n'
+          '    %v31 = index.xori %v30, %v30 : index\n'
+          '    scf.yield %v31 : index\n'
+          '  }\n'
+          '  func.return %v0, %v5, %v4, %v3 : index, i8, i32, f32\n'
+          '}\n',
      [255, 0, 0, 0.0]),
 )
 def test_canonicalize_keeps_the_value_of_pure_functions(pipeline: str, case: tuple[str, list[object]]) -> None:

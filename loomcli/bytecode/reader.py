@@ -715,7 +715,7 @@ class _Payload:
                 if key in attrs or key[:1] == "$":
                     raise _Malformed(p, f"duplicate or internal attribute `{key}`")
                 tag = data[p]
-                if tag == _A_INT or tag == _A_STR:
+                if tag in (_A_INT, _A_STR):
                     x = data[p + 1]
                     if x < 0x80:
                         if tag == _A_INT:

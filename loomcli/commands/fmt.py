@@ -24,7 +24,8 @@ def _first_difference(a: str, b: str) -> int:
 @click.option("--check", is_flag=True, help="Exit 1 if a file is not canonical (one line per file).")
 @click.option("--in-place", "-i", "in_place", is_flag=True, help="Rewrite non-canonical files (never invalid ones).")
 @click.option("--to", "to", type=click.Choice(["text", "bc"]), help="Convert one input to text or bytecode.")
-@click.option("-o", "output", type=click.Path(dir_okay=False, allow_dash=True), help="Output path for --to ('-' = stdout).")
+@click.option("-o", "output", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Output path for --to ('-' = stdout).")
 @diagnostics_option
 def fmt(files: tuple[str, ...], check: bool, in_place: bool, to: str | None, output: str | None,
         diagnostics_format: str, quiet: bool, verbose: bool) -> int:
@@ -79,7 +80,11 @@ def fmt(files: tuple[str, ...], check: bool, in_place: bool, to: str | None, out
             else:
                 canonical = text.encode() == data
             if not canonical:
-                where = "" if is_bytecode(data) else f" (first difference at line {_first_difference(data.decode('utf-8', 'replace'), text)})"
+                if is_bytecode(data):
+                    where = ""
+                else:
+                    line = _first_difference(data.decode("utf-8", "replace"), text)
+                    where = f" (first difference at line {line})"
                 click.echo(f"{shown}: not canonical{where}", err=True)
                 status = EXIT_COMPILE
         elif in_place:

@@ -255,7 +255,8 @@ for _n in ("addi", "muli"):
 op("kernel.def", Modifiers(("retain", "target", "export")), SymName(), SigArgs("sig", region=0), Where("sig"),
    Region(0), SigArgs("launch", region=1, glued=False), Where("launch"), Region(1), rule="kernel_def",
    contexts=TOP, traits={SYMBOL},
-   regions=(RegionSpec("kernel.launch.config", K_CFG, isolated=True), RegionSpec("kernel.return", K_BODY, isolated=True)),
+   regions=(RegionSpec("kernel.launch.config", K_CFG, isolated=True),
+            RegionSpec("kernel.return", K_BODY, isolated=True)),
    example="kernel.def export(\"k\") @k(%n: index) {")
 op("kernel.decl", SymName(), SigArgs("sig"), Where("sig"), SigArgs("launch", glued=False), Where("launch"),
    rule="kernel_decl", contexts=TOP, traits={SYMBOL},
@@ -304,7 +305,8 @@ op("template.def", SymKind("family"),
    Modifiers(("public", "retain", "host", "device", "pure", "target", "requires", "priority")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="template_def",
    contexts=TOP, traits={SYMBOL}, regions=(_TEMPLATE_BODY,),
-   example="template.def<@tile.pick> requires [#target.subgroup.size<64>] priority(5) @pick64(%n: index) -> (index) where [ge(%n, 64)] {")
+   example="template.def<@tile.pick> requires [#target.subgroup.size<64>] priority(5) "
+           "@pick64(%n: index) -> (index) where [ge(%n, 64)] {")
 op("template.apply", SymKind("family"), ParenOperands(), CallTypes(), rule="apply", contexts=KERNEL_AND_FUNCS,
    example="%t = template.apply<@tile.pick>(%n) : (index) -> (index)")
 op("template.call", Callee(workload=False), CallTypes(), rule="template_call", contexts=KERNEL_AND_FUNCS,

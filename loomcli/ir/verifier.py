@@ -88,7 +88,7 @@ def literal_fits(value: Any, t: Type) -> bool:
         return False
     if t is I1:
         return value in (0, 1) and not isinstance(value, float)
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, (bool, str)):
         return False
     if t.category == "int":
         if not isinstance(value, int):
@@ -512,10 +512,10 @@ class Verifier:
         results = [r.type for r in op.results]
         before, after = op.regions
         term, got = self._yield_types(before)
-        if term is not None and term.name == "scf.condition" and got and all(t is not ERROR for t in got):
-            if got[1:] != results:
-                self.error("STRUCTURE/007", term.loc, t1=", ".join(map(_kind_text, got[1:])), parent=op.name,
-                           t2=", ".join(map(_kind_text, results)))
+        if (term is not None and term.name == "scf.condition" and got and all(t is not ERROR for t in got)
+                and got[1:] != results):
+            self.error("STRUCTURE/007", term.loc, t1=", ".join(map(_kind_text, got[1:])), parent=op.name,
+                       t2=", ".join(map(_kind_text, results)))
         do_args = [a.type for a in after.args]
         if do_args != results:
             # Blame the first `do(...)` argument that differs, else the op.
@@ -693,7 +693,8 @@ class Verifier:
             idx = op.operands[1]
             self.want(op, "operand 1 of vector.extract", idx.type, idx.type is INDEX, "index", op.operand_loc(1))
         elif not 0 <= k < v.dims[0]:  # type: ignore[operator]
-            self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}", why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
+            self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
+                       why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
         self.result(op, lambda t: t is v.elem, v.elem.name)
 
     def rule_vector_insert(self, op: Operation) -> None:
@@ -707,7 +708,8 @@ class Verifier:
             idx = op.operands[2]
             self.want(op, "operand 2 of vector.insert", idx.type, idx.type is INDEX, "index", op.operand_loc(2))
         elif not 0 <= k < v.dims[0]:  # type: ignore[operator]
-            self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}", why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
+            self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
+                       why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
 
     def _combining_kind(self, op: Operation, elem: Type) -> None:
         kind = op.attrs.get("kind")
@@ -853,7 +855,8 @@ class Verifier:
         got = [v.type for v in op.operands[n:]]
         if len(got) != len(want) or any(not _types_match(g, w) for g, w in zip(got, want)):
             self.error("TYPE/006", op.loc_of("callee"), use="kernel.dispatch", s=target.attrs["sym"],
-                       detail=f"expected ({', '.join(map(_kind_text, want))}), found ({', '.join(map(_kind_text, got))})")
+                       detail=f"expected ({', '.join(map(_kind_text, want))}), "
+                              f"found ({', '.join(map(_kind_text, got))})")
 
     def rule_launch_config(self, op: Operation) -> None:
         for seg in ("workgroups", "workgroup_size", "cluster_size"):
@@ -902,7 +905,8 @@ class Verifier:
                                 "index, offset, integer or float", t)
         for t in sig.results:
             if isinstance(t, ShapedType) and not t.is_static:
-                self.error("TYPE/003", op.loc_of("results"), what=f"result type {t}", why="signature results are static")
+                self.error("TYPE/003", op.loc_of("results"), what=f"result type {t}",
+                           why="signature results are static")
             elif host_like and (t is BUFFER or is_view(t) or is_vector(t)):
                 self.type_error(op.loc_of("results"), f"result of @{op.attrs['sym']}", "a host type", t)
         self._where(op, "sig")
@@ -1162,12 +1166,12 @@ class Verifier:
         return False
 
     def _check_convergent(self, op: Operation, controls: list[tuple[str, Value | None]]) -> None:
-        for kind, bad in controls:
+        for kind, _bad in controls:
             if kind == "while":
                 self.diags.append(Diagnostic("STRUCTURE/005", f"convergent {op.name} inside scf.while",
                                              self.path, *op.loc))
                 return
-        for kind, bad in controls:
+        for _kind, bad in controls:
             if bad is not None:
                 self.error("STRUCTURE/005", op.loc, op=op.name, v=bad.name)
                 return
@@ -1249,7 +1253,8 @@ def _types_match(a: Type, b: Type) -> bool:
         return True
     if isinstance(a, ShapedType) and isinstance(b, ShapedType):
         return a.name == b.name and a.elem is b.elem and len(a.dims) == len(b.dims) and all(
-            (isinstance(x, int) and isinstance(y, int) and x == y) or (not isinstance(x, int) and not isinstance(y, int))
+            (isinstance(x, int) and isinstance(y, int) and x == y)
+            or (not isinstance(x, int) and not isinstance(y, int))
             for x, y in zip(a.dims, b.dims))
     return False
 

@@ -121,9 +121,9 @@ class _Linker:
             refs = []
             for i, item in enumerate(self.index.inputs):
                 for info in item.symbols:
-                    if info.op_name == "template.def":
-                        if self.op((i, info.position)).attrs.get("family") == family:
-                            refs.append((i, info.position))
+                    if (info.op_name == "template.def"
+                            and self.op((i, info.position)).attrs.get("family") == family):
+                        refs.append((i, info.position))
             self.providers[family] = refs
         return self.providers[family]
 
@@ -349,7 +349,7 @@ def link(index: LinkIndex, roots: list[str] | tuple[str, ...] = (), mode: str = 
     for name in roots:
         name = name.lstrip("@")
         found = None
-        for i, item in enumerate(index.inputs):
+        for i, _item in enumerate(index.inputs):
             info = linker.local[i].get(name)
             if info is not None and info.op_name in DEFINITIONS and linker.final_name(i, name) == name:
                 found = (i, info.position)

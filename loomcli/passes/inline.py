@@ -120,7 +120,8 @@ def inline_calls(module: Module) -> int:
 @dataclass(frozen=True)
 class Inline(ModulePass):
     name = "inline"
-    summary = "Inline `func.call inline` and every `template.call`: the callee's body, freshly named, replaces the call."
+    summary = ("Inline `func.call inline` and every `template.call`: "
+               "the callee's body, freshly named, replaces the call.")
 
     def run(self, module: Module, ctx: PassContext) -> None:
         inline_calls(module)

@@ -36,7 +36,8 @@ from loomcli.text.lexer import (
     tokenize,
 )
 
-_SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Za-z0-9_$-]*|[0-9]+)\])x)+)([A-Za-z0-9_]+)>\Z")
+_SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Za-z0-9_$-]*|[0-9]+)\])x)+)"
+                       r"([A-Za-z0-9_]+)>\Z")
 _DIM_RE = re.compile(r"([0-9]+|\[%[^\]]+\])x")
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
 # Identifiers that are literals, type or op names: never an op's unknown keyword.
@@ -274,7 +275,8 @@ class Parser:
             if self.at("<"):
                 self.i += 1
                 while True:
-                    if self.kinds[self.i] == IDENT and self.texts[self.i + 1] == "=" and self.kinds[self.i + 1] == PUNCT:
+                    if (self.kinds[self.i] == IDENT and self.texts[self.i + 1] == "="
+                            and self.kinds[self.i + 1] == PUNCT):
                         key = self.texts[self.i]
                         self.i += 2
                         params.append(KeyParam(key, self.parse_attr()))
@@ -654,7 +656,7 @@ class Parser:
 
     def _check_op_end(self, op: Operation) -> None:
         k = self.kinds[self.i]
-        if k == EOF or k == SSA or (k == PUNCT and self.texts[self.i] == "}"):
+        if k in (EOF, SSA) or (k == PUNCT and self.texts[self.i] == "}"):
             return
         if k == IDENT:
             if self.texts[self.i] in OPS or self.texts[self.i] in RENAMED_OPS:
