@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from loomcli.ir.attrs import Pred
+from loomcli.ir.clone import remap_attr, remap_type
 from loomcli.ir.core import BlockArgument, Loc, Module, Operation, Region, Value
 from loomcli.ir.format import Dict, Kind
 from loomcli.ir.ops import F_ANY, F_DEV, F_HOST, OPS
@@ -66,14 +67,6 @@ def type_refs(t: Type) -> Iterator[Value]:
                 yield d
 
 
-def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
-    if isinstance(t, ShapedType) and not t.is_static:
-        dims = tuple(d if isinstance(d, int) else mapping.get(d, d) for d in t.dims)
-        if any(a is not b for a, b in zip(dims, t.dims)):
-            return t.replace_dims(dims)
-    return t
-
-
 def _attr_refs(v: Any) -> Iterator[Value]:
     if isinstance(v, Pred):
         for a in v.args:
@@ -104,18 +97,6 @@ def refs_of(op: Operation) -> Iterator[Value]:
             yield from _attr_refs(v)
 
 
-def remap_attr(v: Any, mapping: Mapping[Value, Value]) -> Any:
-    if isinstance(v, Pred):
-        return Pred(v.name, [mapping.get(a, a) if isinstance(a, Value) else a for a in v.args], v.loc)
-    if isinstance(v, list):
-        return [remap_attr(x, mapping) for x in v]
-    if isinstance(v, tuple):
-        return tuple(remap_attr(x, mapping) for x in v)
-    if isinstance(v, dict):
-        return {k: remap_attr(x, mapping) for k, x in v.items()}
-    return v
-
-
 def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
     """Rewrite, in place, the values `op` names in types and predicates (not its operands)."""
     for r in op.results:
@@ -131,43 +112,6 @@ def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
 
 
 # ---------------------------------------------------------------- cloning
-
-
-def clone_op(op: Operation, mapping: dict[Value, Value], namer: Namer | None = None,
-             comments: bool = True) -> Operation:
-    """A detached copy of `op` and its regions. Operands, types and predicates
-    go through `mapping` (values it lacks are kept); the copy's results and
-    region arguments are added to it. `namer` gives the copies fresh names;
-    `comments=False` leaves comments behind."""
-    new = Operation(op.opdef, [mapping.get(v, v) for v in op.operands], None,
-                    {k: remap_attr(v, mapping) for k, v in op.attrs.items() if k not in ("sig", "launch")},
-                    op.loc)
-    for r in op.results:
-        nr = new.add_result(remap_type(r.type, mapping), namer.fresh(r.name) if namer else r.name, r.loc)
-        mapping[r] = nr
-    if comments:
-        new.comments = list(op.comments)
-    if op.written_types is not None:
-        new.written_types = [None if t is None else remap_type(t, mapping) for t in op.written_types]
-    if op.operand_locs is not None:
-        new.operand_locs = list(op.operand_locs)
-    if op.attr_locs is not None:
-        new.attr_locs = dict(op.attr_locs)
-    for region in op.regions:
-        nr = new.add_region()
-        nr.end_loc = region.end_loc
-        clone_args(region, nr, mapping, namer)
-        for inner in region.ops:
-            nr.append(clone_op(inner, mapping, namer, comments))
-    return new
-
-
-def clone_args(src: Region, dst: Region, mapping: dict[Value, Value], namer: Namer | None = None) -> None:
-    for a in src.args:
-        na = BlockArgument(namer.fresh(a.name) if namer else a.name, remap_type(a.type, mapping), dst,
-                           len(dst.args), a.loc)
-        dst.args.append(na)
-        mapping[a] = na
 
 
 # ---------------------------------------------------------------- regions and contexts
@@ -308,8 +252,6 @@ def _legalize_region(region: Region, visible: list[set[str]], namer: Namer) -> i
 
 __all__ = [
     "Namer",
-    "clone_args",
-    "clone_op",
     "context_of",
     "create",
     "default_attrs",

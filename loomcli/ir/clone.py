@@ -1,41 +1,52 @@
-"""Deep copies of operations with value remapping.
+"""Deep copies of operations with value remapping: the one cloning routine.
 
 Prepared objects (parsed libraries, the link index) are shared and never
-mutated; stages that rewrite IR work on clones made here.
+mutated; stages that rewrite IR work on clones made here. Inlining and
+unrolling clone bodies with fresh names through a `namer`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import BlockArgument, LocalName, Operation, Region, Signature, Value
 from loomcli.ir.types import ShapedType, Type
 
 
-def map_type(t: Type, mapping: dict[Value, Value]) -> Type:
+class Renamer(Protocol):
+    def fresh(self, name: str) -> str: ...
+
+
+def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
+    """`t` with its dynamic dims mapped (the same object when nothing changes)."""
     if isinstance(t, ShapedType) and not t.is_static:
-        return t.replace_dims(tuple(d if isinstance(d, int) else mapping.get(d, d) for d in t.dims))
+        dims = tuple(d if isinstance(d, int) else mapping.get(d, d) for d in t.dims)
+        if any(a is not b for a, b in zip(dims, t.dims, strict=True)):
+            return t.replace_dims(dims)
     return t
 
 
-def _clone_attr(v: Any, mapping: dict[Value, Value]) -> Any:
+def remap_attr(v: Any, mapping: dict[Value, Value]) -> Any:
+    """An attribute value with the SSA values it names mapped; signatures get
+    fresh local names (their region arguments are mapped already)."""
     if isinstance(v, Signature):
         args = [_clone_local(a, mapping) for a in v.args]
-        where = None if v.where is None else [_clone_attr(p, mapping) for p in v.where]
-        return Signature(args, [map_type(t, mapping) for t in v.results], where)
+        where = None if v.where is None else [remap_attr(p, mapping) for p in v.where]
+        return Signature(args, [remap_type(t, mapping) for t in v.results], where)
     if isinstance(v, Pred):
         return Pred(v.name, [mapping.get(a, a) if isinstance(a, Value) else a for a in v.args], v.loc)
     if isinstance(v, Value):
         return mapping.get(v, v)
     if isinstance(v, list):
-        return [_clone_attr(x, mapping) for x in v]
+        return [remap_attr(x, mapping) for x in v]
     if isinstance(v, tuple):
-        return tuple(_clone_attr(x, mapping) for x in v)
+        return tuple(remap_attr(x, mapping) for x in v)
     if isinstance(v, dict):
-        return {k: _clone_attr(x, mapping) for k, x in v.items()}
+        return {k: remap_attr(x, mapping) for k, x in v.items()}
     if isinstance(v, Type):
-        return map_type(v, mapping)
+        return remap_type(v, mapping)
     return v  # immutable scalars, Ident, HashAttr, SymbolRef
 
 
@@ -43,38 +54,46 @@ def _clone_local(a: Value, mapping: dict[Value, Value]) -> Value:
     """A signature argument: region arguments are already mapped; local names are copied."""
     if a in mapping:
         return mapping[a]
-    new = LocalName(a.name, map_type(a.type, mapping), a.loc)
+    new = LocalName(a.name, remap_type(a.type, mapping), a.loc)
     mapping[a] = new
     return new
 
 
-def clone_op(op: Operation, mapping: dict[Value, Value] | None = None) -> Operation:
-    """A deep copy of `op`. Operands outside `op` stay as they are unless
-    `mapping` maps them; `mapping` receives old -> new for every value defined."""
+def clone_op(op: Operation, mapping: dict[Value, Value] | None = None, namer: Renamer | None = None,
+             comments: bool = True) -> Operation:
+    """A detached deep copy of `op`. Operands, types and predicates go through
+    `mapping` (values it lacks are kept as they are), which receives old -> new
+    for every value the copy defines. `namer` gives the copies fresh names;
+    `comments=False` leaves comments behind."""
     if mapping is None:
         mapping = {}
     new = Operation(op.opdef, loc=op.loc)
-    new.comments = list(op.comments)
-    new.operand_locs = list(op.operand_locs) if op.operand_locs else None
-    new.attr_locs = dict(op.attr_locs) if op.attr_locs else None
+    if comments:
+        new.comments = list(op.comments)
+    new.operand_locs = list(op.operand_locs) if op.operand_locs is not None else None
+    new.attr_locs = dict(op.attr_locs) if op.attr_locs is not None else None
     for v in op.operands:
         new.add_operand(mapping.get(v, v))
-    # Region arguments first: signatures of definitions refer to them.
+    if op.written_types is not None:
+        new.written_types = [None if t is None else remap_type(t, mapping) for t in op.written_types]
+    # Region arguments first: the signatures of definitions refer to them.
     for region in op.regions:
         r = new.add_region()
         r.end_loc = region.end_loc
-        for a in region.args:
-            b = BlockArgument(a.name, map_type(a.type, mapping), r, len(r.args), a.loc)
-            r.args.append(b)
-            mapping[a] = b
-    new.attrs = {k: _clone_attr(v, mapping) for k, v in op.attrs.items()}
-    for region, r in zip(op.regions, new.regions):
-        clone_region_into(region, r, mapping)
+        clone_args(region, r, mapping, namer)
+    new.attrs = {k: remap_attr(v, mapping) for k, v in op.attrs.items()}
+    for region, r in zip(op.regions, new.regions, strict=True):
+        for inner in region.ops:
+            r.append(clone_op(inner, mapping, namer, comments))
     for res in op.results:
-        mapping[res] = new.add_result(map_type(res.type, mapping), res.name, res.loc)
+        mapping[res] = new.add_result(remap_type(res.type, mapping), namer.fresh(res.name) if namer else res.name,
+                                      res.loc)
     return new
 
 
-def clone_region_into(src: Region, dst: Region, mapping: dict[Value, Value]) -> None:
-    for inner in src.ops:
-        dst.append(clone_op(inner, mapping))
+def clone_args(src: Region, dst: Region, mapping: dict[Value, Value], namer: Renamer | None = None) -> None:
+    for a in src.args:
+        b = BlockArgument(namer.fresh(a.name) if namer else a.name, remap_type(a.type, mapping), dst,
+                          len(dst.args), a.loc)
+        dst.args.append(b)
+        mapping[a] = b

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loomcli.ir.builder import clone_op, context_of, legalize_names, top_level_op
+from loomcli.ir.builder import context_of, legalize_names, top_level_op
+from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.ops import CASE, F_DEV, F_HOST, K_BODY, K_CFG, PROGRAM
 from loomcli.passes.canonicalize import constant_fits_uses

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from loomcli.ir.builder import Namer, clone_op, create, isolated_region, refs_of, remap_refs, top_level_op
+from loomcli.ir.builder import Namer, create, isolated_region, refs_of, remap_refs, top_level_op
+from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import PURE, TERMINATOR
 from loomcli.ir.types import INDEX, OFFSET, Type
