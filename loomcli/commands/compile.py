@@ -112,6 +112,9 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if depfile_md or depfile_path:
             dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"
             depfiles.append((dep, depfile_target or path))
+    for folder in {os.path.dirname(path) for path, _ in writes if path != "-"} - {""}:
+        if out_dir is not None or folder in (launch_path, manifest_path):
+            os.makedirs(folder, exist_ok=True)  # --out-dir (and side folders) are created as needed
     for path, data in writes:
         atomic_write(path, data)
     from loomcli.pipeline import write_depfile
