@@ -24,6 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 
 
+def installed_like() -> None:
+    """Time loom as an installed package runs: with its bytecode cached (pip
+    compiles it at install time). Some shells set PYTHONDONTWRITEBYTECODE,
+    which would make every run compile every module from source."""
+    import compileall
+    import os
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(str(ROOT / "loomcli"), quiet=1)
+
+
 def median_run(argv: list[str], repeat: int, cwd: Path) -> float | None:
     times = []
     for _ in range(repeat):
@@ -41,6 +52,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=11)
     args = ap.parse_args()
     loom = [sys.executable, "-m", "loomcli"]
+    installed_like()
     rows: list[tuple[str, float | None, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

@@ -53,6 +53,12 @@ def main() -> None:
     from loomcli.text.parser import parse
 
     rows: list[tuple[str, str, str]] = []
+    # Time loom as an installed package runs: bytecode cached (pip compiles it at
+    # install time), whatever PYTHONDONTWRITEBYTECODE this shell sets.
+    import compileall
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "loomcli"), quiet=1)
     loom = shutil.which("loom")
     launcher = [loom] if loom else [sys.executable, "-m", "loomcli"]
     # Resolve shims (pyenv) once so both commands pay the same launcher cost.
