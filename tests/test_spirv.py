@@ -588,10 +588,13 @@ def test_deterministic_across_processes() -> None:
 
 
 def _diagnostics(path: Path) -> list[Any]:
+    """What emission through the gateway (shared TARGET checks, then the emitter) reports."""
+    from loomcli.emit.artifacts import emit as emit_artifact
+
     profile = parse_target("spirv:vulkan1.3")
     compiled = compile_module(CompileOptions(input=str(path), profile=profile))
     with pytest.raises(CompileError) as e:
-        emit_spirv(compiled.module, profile)
+        emit_artifact(compiled.module, profile, "spirv-binary")
     return e.value.diagnostics
 
 

@@ -240,11 +240,7 @@ def _time(ns: float) -> str:
 
 
 def _emit_spirv(module: Module, profile: Profile) -> Any:
-    try:
-        from loomcli.emit.artifacts import emit
-    except ImportError as e:  # pragma: no cover - a broken install
-        raise LoomError(f"SPIR-V emission is unavailable: {e}", EXIT_ENV) from None
-    try:
-        return emit(module, profile, "spirv-binary")
-    except ModuleNotFoundError as e:
-        raise LoomError(f"SPIR-V emission is unavailable in this build ({e.name} is missing)", EXIT_ENV) from None
+    """SPIR-V through the one emission gateway (shared TARGET checks included)."""
+    from loomcli.emit.artifacts import emit
+
+    return emit(module, profile, "spirv-binary")

@@ -79,7 +79,8 @@ class SpirvEmitter:
 
     def check(self, kernel: Operation, p: Profile, diags: list[Diagnostic]) -> KernelInfo | None:
         """The facts emission relies on, checked again here so `emit_spirv` is
-        safe on its own (`loomcli.targets.checks` reports them first)."""
+        safe on its own (`loomcli.emit.artifacts.emit` runs the shared TARGET
+        checks of `loomcli.targets.checks` first)."""
         from loomcli.passes.fold import constant_of
 
         sym = kernel.attrs["sym"]
@@ -307,9 +308,7 @@ class SpirvEmitter:
     # ------------------------------------------------------------ driver
 
     def run(self) -> Artifact:
-        diags = _shared_checks(self.module, self.profile)
-        if any(d.severity == "error" for d in diags):
-            raise CompileError(diags)
+        diags: list[Diagnostic] = []
         infos = []
         for kernel in exported_kernels(self.module):
             info = self.check(kernel, _kernel_profile(self.module, kernel, self.profile), diags)
@@ -362,21 +361,10 @@ class SpirvEmitter:
         return target
 
 
-def _shared_checks(module: Module, profile: Profile) -> list[Diagnostic]:
-    """The compile-time TARGET checks every emitter shares (when that module is present)."""
-    try:
-        from loomcli.targets.checks import check_module
-    except ImportError:  # pragma: no cover - a build without the shared checks
-        return []
-    return check_module(module, profile)
-
-
 def _kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Profile:
     """The kernel's profile: its pinned record's, else the one emitted for."""
-    try:
-        from loomcli.targets.checks import profile_for
-    except ImportError:  # pragma: no cover
-        return profile
+    from loomcli.targets.checks import profile_for
+
     return profile_for(module, kernel, profile) or profile
 
 
