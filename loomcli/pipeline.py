@@ -201,6 +201,10 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
         decisions, diags = select_templates(module, profile, "final" if profile is not None else "early")
         if has_errors(diags):
             raise CompileError(diags)
+        if profile is not None:
+            from loomcli.passes.specialize import fold_target_facts
+
+            fold_target_facts(module, profile)
         run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
         if profile is not None:
             module.body.append(_target_record(profile))

@@ -95,6 +95,7 @@ _REGISTRY: dict[str, str | type[ModulePass]] = {
     "inline": "loomcli.passes.inline:Inline",
     "select-templates": "loomcli.passes.specialize:SelectTemplates",
     "specialize-config": "loomcli.passes.specialize:SpecializeConfig",
+    "specialize-target": "loomcli.passes.specialize:SpecializeTarget",
     "symbol-dce": "loomcli.passes.dce:SymbolDCE",
     "unroll": "loomcli.passes.unroll:Unroll",
 }

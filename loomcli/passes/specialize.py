@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from loomcli.diagnostics import CompileError, has_errors
 from loomcli.ir.core import Module
 from loomcli.passes.registry import ModulePass, PassContext, option
+from loomcli.targets.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,41 @@ class SelectTemplates(ModulePass):
         _, diags = select_templates(module, ctx.target, self.mode)
         if has_errors(diags):
             raise CompileError(diags)
+
+
+@dataclass(frozen=True)
+class SpecializeTarget(ModulePass):
+    name = "specialize-target"
+    summary = ("Replace target.subgroup.size by the fixed subgroup size of the symbol's profile "
+               "(a pinned root's record, else the target).")
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        fold_target_facts(module, ctx.target)
+
+
+def fold_target_facts(module: Module, profile: Profile | None) -> None:
+    """`target.subgroup.size` folds once a profile is chosen (LANGUAGE.md 17.15):
+    each becomes an index constant of its symbol's fixed subgroup size, with
+    the same name; symbols whose profile has none keep it (TARGET/001 at
+    emission)."""
+    from loomcli.ir.core import Operation
+    from loomcli.ir.ops import OPS
+    from loomcli.targets.checks import profile_for
+
+    for top in module.ops:
+        sites = [op for op in top.walk() if op.name == "target.subgroup.size"]
+        if not sites:
+            continue
+        chosen = profile_for(module, top, profile) if top.attrs.get("target") else profile
+        size = getattr(chosen, "subgroup_size", None)
+        if size is None:
+            continue
+        for op in sites:
+            old = op.results[0]
+            const = Operation(OPS["index.constant"], attrs={"value": size}, loc=op.loc)
+            const.comments = op.comments
+            old.replace_all_uses_with(const.add_result(old.type, old.name, old.loc))
+            region = op.parent
+            assert region is not None
+            region.ops[region.ops.index(op)] = const
+            const.parent = region
