@@ -206,8 +206,8 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
 
             fold_target_facts(module, profile)
         run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
-        if profile is not None:
-            module.body.append(_target_record(profile))
+        if profile is not None and profile.family in ("amdgpu", "spirv"):
+            module.body.append(_target_record(profile))  # the reference profile has no record spelling
         return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
 
 

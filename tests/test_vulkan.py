@@ -255,20 +255,23 @@ def test_cases_run_through_the_abi_on_a_handwritten_saxpy(runner: VulkanRunner, 
 # ------------------------------------------------------------------ driver errors
 
 
-def test_interpreter_device_is_a_usage_error() -> None:
+def test_interpreter_device_runs_without_vulkan() -> None:
     r = loom("test", "samples/saxpy.loom", "--device", "interpreter")
-    assert r.returncode == 2
-    assert r.stderr.startswith("loom: error:") and "interpreter" in r.stderr and "not implemented" in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "1 passed, 0 failed"
 
 
 def test_no_driver_is_an_environment_error_with_the_install_hint() -> None:
-    for device in ("auto", "vulkan"):
-        r = loom("test", "samples/saxpy.loom", "--device", device,
-                 env={"VK_ICD_FILENAMES": "/nonexistent/icd.json", "VK_DRIVER_FILES": "/nonexistent/icd.json"})
-        assert r.returncode == 3, r.stderr
-        assert r.stderr.startswith("loom: error:")
-        assert "apt-get install libvulkan1 mesa-vulkan-drivers" in r.stderr
-        assert "Traceback" not in r.stderr
+    no_driver = {"VK_ICD_FILENAMES": "/nonexistent/icd.json", "VK_DRIVER_FILES": "/nonexistent/icd.json"}
+    r = loom("test", "samples/saxpy.loom", "--device", "vulkan", env=no_driver)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("loom: error:")
+    assert "apt-get install libvulkan1 mesa-vulkan-drivers" in r.stderr
+    assert "Traceback" not in r.stderr
+    # 17.32: auto falls back to the reference interpreter.
+    r = loom("test", "samples/saxpy.loom", "--device", "auto", env=no_driver)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "1 passed, 0 failed"
 
 
 @needs_device

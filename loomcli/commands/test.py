@@ -1,7 +1,11 @@
-"""`loom test`: run the `check.case`s of Loom files on a Vulkan device.
+"""`loom test`: run the `check.case`s of Loom files on a Vulkan device or the
+reference interpreter (LANGUAGE.md 17.32: `--device auto` takes Vulkan if
+usable, else the interpreter).
 
-Each file's launched kernels are compiled and emitted to SPIR-V once, for
-`--target` or else the highest `spirv:vulkan1.x` the device runs; every case
+On Vulkan, each file's launched kernels are compiled and emitted to SPIR-V
+once, for `--target` or else the highest `spirv:vulkan1.x` the device runs;
+on the interpreter they are compiled for the reference profile, or for
+`--target` (whose index/offset widths it then traps, 17.27). Every case
 then runs sample by sample (LANGUAGE.md 13). Output, on stdout, one line per
 sample and a summary that counts cases (a case passes iff all its samples do):
 
@@ -26,13 +30,13 @@ from loomcli.driver import EXIT_COMPILE, EXIT_ENV, DiagnosticPrinter, LoomError,
 
 if TYPE_CHECKING:
     from loomcli.check.cases import SampleResult
+    from loomcli.check.interpreter import InterpreterLauncher
     from loomcli.check.launch import Program, Timing, VulkanLauncher
     from loomcli.check.vulkan import VulkanRunner
     from loomcli.diagnostics import Diagnostic
     from loomcli.ir.core import Module, Operation
     from loomcli.targets.profiles import Profile
 
-INTERPRETER_MISSING = "the reference interpreter (--device interpreter) is not implemented yet"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,7 +44,9 @@ INTERPRETER_MISSING = "the reference interpreter (--device interpreter) is not i
 @click.option("--case", "cases", multiple=True, metavar="@C", help="Run only this case (repeatable).")
 @click.option("--device", type=click.Choice(["auto", "vulkan", "interpreter"]), default="auto", show_default=True,
               help="Where kernels run: a Vulkan device, or the reference interpreter.")
-@click.option("--target", metavar="T", help="SPIR-V target (default: the highest spirv:vulkan1.x the device runs).")
+@click.option("--target", metavar="T",
+              help="Target profile (Vulkan default: the highest spirv:vulkan1.x the device runs; "
+                   "interpreter default: the reference profile).")
 @click.option("--bench", is_flag=False, flag_value="", default=None, metavar="[@B]",
               help="After the checks, time the samples of every check.benchmark (or only @B).")
 @diagnostics_option
@@ -53,32 +59,44 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
         bench = ""
     if not files:
         raise UsageError("loom test needs at least one FILE")
-    if device == "interpreter":
-        raise UsageError(f"{INTERPRETER_MISSING}; use --device vulkan")
-    runner = _open_device(device)
+    runner = None if device == "interpreter" else _open_device(device)
     try:
-        profile = _profile(target, runner)
-        if verbose:
-            click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
+        if runner is None:
+            profile = _interpreter_profile(target)
+            if verbose:
+                click.echo(f"loom test: reference interpreter, profile {profile.name}", err=True)
+        else:
+            profile = _profile(target, runner)
+            if verbose:
+                click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
         session = Session(runner, profile, DiagnosticPrinter(diagnostics_format), quiet)
         session.run(files, [c.removeprefix("@") for c in cases],
                     None if bench is None else bench.removeprefix("@"))
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
     if not quiet:
         click.echo(f"{session.passed} passed, {session.failed} failed")
     return EXIT_COMPILE if session.failed or session.errors else 0
 
 
-def _open_device(device: str) -> VulkanRunner:
+def _open_device(device: str) -> VulkanRunner | None:
+    """The Vulkan runner; None (the interpreter) when `auto` finds no usable device."""
     from loomcli.check.vulkan import VulkanRunner, VulkanUnavailable
 
     try:
         return VulkanRunner()
-    except VulkanUnavailable as e:
+    except VulkanUnavailable:
         if device == "auto":
-            raise LoomError(f"{e}; {INTERPRETER_MISSING}", EXIT_ENV) from None
+            return None
         raise
+
+
+def _interpreter_profile(target: str | None) -> Profile:
+    """17.32: the reference profile unless `--target` names one."""
+    from loomcli.targets.profiles import REFERENCE, parse_target
+
+    return REFERENCE if target is None else parse_target(target)
 
 
 def _profile(target: str | None, runner: VulkanRunner) -> Profile:
@@ -100,12 +118,13 @@ class FileCases:
     cases: list[Operation]
     failed_cases: set[str] = field(default_factory=set)
     program: Program | None = None      # None: the cases launch no kernel
+    interpreter: InterpreterLauncher | None = None     # --device interpreter: the compiled kernels
 
 
 class Session:
     """One `loom test` run: compiles, runs and reports every file's cases."""
 
-    def __init__(self, runner: VulkanRunner, profile: Profile, printer: DiagnosticPrinter, quiet: bool) -> None:
+    def __init__(self, runner: VulkanRunner | None, profile: Profile, printer: DiagnosticPrinter, quiet: bool) -> None:
         self.runner = runner
         self.profile = profile
         self.printer = printer
@@ -164,9 +183,12 @@ class Session:
                 self.failed += 1
                 f.failed_cases.add(case.attrs["sym"])
 
-    def _launcher(self, f: FileCases, timings: list[Timing] | None = None) -> VulkanLauncher | None:
+    def _launcher(self, f: FileCases, timings: list[Timing] | None = None
+                  ) -> VulkanLauncher | InterpreterLauncher | None:
         from loomcli.check.launch import VulkanLauncher
 
+        if self.runner is None:
+            return f.interpreter
         return None if f.program is None else VulkanLauncher(self.runner, f.program, f.path, timings)
 
     def _program(self, f: FileCases) -> Program | None:
@@ -180,6 +202,11 @@ class Session:
             return None
         compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots))
         self.printer.emit(compiled.warnings)
+        if self.runner is None:
+            from loomcli.check.interpreter import InterpreterLauncher
+
+            f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path)
+            return None
         artifact = _emit_spirv(compiled.module, self.profile)
         return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels)
 
@@ -217,8 +244,11 @@ class Session:
         if case_name in f.failed_cases:
             click.echo(f"SKIP @{name} (@{case_name} failed)")
             return
-        if f.program is None:
+        if f.program is None and f.interpreter is None:
             click.echo(f"SKIP @{name} (@{case_name} launches no kernel)")
+            return
+        if self.runner is None:
+            click.echo(f"SKIP @{name} (the interpreter does not time benchmarks)")
             return
         case = f.module.symbols()[case_name]
         selection = dict(mark.attrs.get("dict") or {})
