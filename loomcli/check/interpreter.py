@@ -967,37 +967,19 @@ class InterpreterLauncher:
 
     def _geometry(self, op: Operation, kernel: Operation, workload: list[Any]
                   ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Workload predicates, launch configuration and geometry (section 8), as
-        `LaunchProgram` checks them; a violation fails the sample at the launch site."""
-        from loomcli.launch.interpret import run_launch_config
-        from loomcli.launch.program import _pred_text, check_geometry, format_value
-        from loomcli.passes.fold import predicate_holds
-
-        def fail(code: str, **fields: Any) -> SampleFailure:
-            return SampleFailure(Diagnostic.make(code, self.path, op.loc, **fields))
+        """The launch contract (section 8) exactly as launch-config artifacts
+        evaluate it; a violation fails the sample at the launch site."""
+        from loomcli.launch.program import ContractViolation, evaluate_contract
 
         region = kernel.regions[0]
         values = [canonical(v, a.type) for v, a in zip(workload, region.args)]
-        env = dict(zip(region.args, values))
-        sig = kernel.attrs.get("sig")
-        for p in (sig.where if sig is not None else None) or []:
-            vals = [int(env[a]) if isinstance(a, Value) else a for a in p.args]
-            if not predicate_holds(p.name, vals):
-                i = region.args.index(p.args[0])
-                raise fail("LAUNCH_CONFIG/005", i=i, v=format_value(values[i]), pred=_pred_text(p))
-        run = run_launch_config(self.module, kernel, values, self.interpreter.subgroup_size, MAX_STEPS,
-                                self.interpreter.evaluator)
-        if run.failures:
-            f = run.failures[0]
-            if isinstance(f.error, UndefinedBehavior):
-                raise fail("LAUNCH_CONFIG/007", why=f.error.reason)
-            raise fail("LAUNCH_CONFIG/008", field=f.fields[0], s=kernel.attrs["sym"])
-        counts, sizes, cluster = (tuple(int(v) for v in run.values[k])
-                                  for k in ("workgroups", "workgroup_size", "cluster_size"))
-        problem = check_geometry(counts, sizes, cluster, self.profile)  # type: ignore[arg-type]
-        if problem is not None:
-            raise fail("LAUNCH_CONFIG/006", field=problem[0], v=problem[1])
-        return counts, sizes  # type: ignore[return-value]
+        try:
+            counts, sizes, _ = evaluate_contract(self.module, kernel, values, self.profile,
+                                                 self.interpreter.subgroup_size, MAX_STEPS,
+                                                 self.interpreter.evaluator)
+        except ContractViolation as v:
+            raise SampleFailure(Diagnostic.make(v.code, self.path, op.loc, **v.fields)) from None
+        return counts, sizes
 
 
 def build_launcher(path: str, module_roots: list[str], profile: Profile) -> InterpreterLauncher:

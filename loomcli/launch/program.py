@@ -299,40 +299,69 @@ class LaunchProgram:
         raise CompileError([Diagnostic.make("LAUNCH_CONFIG/004", COMMAND_LINE, (0, 0), detail=detail)])
 
     def _run(self, fn: LaunchFunction, workload: list[Any], max_steps: int | None) -> Launch:
-        from loomcli.launch.interpret import run_launch_config
-        from loomcli.passes.evaluate import MAX_STEPS, UndefinedBehavior
-        from loomcli.passes.fold import predicate_holds
+        try:
+            counts, sizes, cluster = evaluate_contract(self.module, fn.kernel, workload, fn.profile,
+                                                       fn.profile.subgroup_size or None, max_steps)
+        except ContractViolation as v:
+            path, loc = (COMMAND_LINE, (0, 0)) if v.code == "LAUNCH_CONFIG/005" else (self.path, v.loc)
+            raise CompileError([Diagnostic.make(v.code, path, loc, **v.fields)]) from None
+        return Launch(tuple(workload), counts, sizes, cluster, fn.subgroup_size, fn.workgroup_storage_bytes)
 
-        args = fn.workload
-        env = dict(zip(args, workload))
-        for p in fn.kernel.attrs["sig"].where or []:
-            values = [int(env[a]) if isinstance(a, Value) else a for a in p.args]
-            if not predicate_holds(p.name, values):
-                i = args.index(p.args[0])
-                raise CompileError([Diagnostic.make("LAUNCH_CONFIG/005", COMMAND_LINE, (0, 0), i=i,
-                                                    v=format_value(workload[i]), pred=_pred_text(p))])
-        run = run_launch_config(self.module, fn.kernel, workload, fn.profile.subgroup_size or None,
-                                MAX_STEPS if max_steps is None else max_steps)
-        config = fn.kernel.regions[0].terminator
-        if run.failures:
-            f = run.failures[0]
-            if isinstance(f.error, UndefinedBehavior):
-                raise CompileError([Diagnostic.make("LAUNCH_CONFIG/007", self.path, f.op.loc, why=f.error.reason)])
-            raise CompileError([Diagnostic.make("LAUNCH_CONFIG/008", self.path, f.op.loc, field=f.fields[0],
-                                                s=fn.kernel.attrs["sym"])])
-        for name, triple in run.values.items():
-            if None in triple:  # pragma: no cover - every argument is known, so only a failure leaves a hole
-                raise CompileError([Diagnostic.make("LAUNCH_CONFIG/008", self.path, fn.kernel.loc, field=name,
-                                                    s=fn.kernel.attrs["sym"])])
-        counts, sizes, cluster = (tuple(int(v) for v in run.values[k])
-                                  for k in ("workgroups", "workgroup_size", "cluster_size"))
-        problem = check_geometry(counts, sizes, cluster, fn.profile)  # type: ignore[arg-type]
-        if problem is not None:
-            field, shown = problem
-            loc = config.loc_of(field.split(".")[0].split("*")[0]) if config is not None else (0, 0)
-            raise CompileError([Diagnostic.make("LAUNCH_CONFIG/006", self.path, loc, field=field, v=shown)])
-        return Launch(tuple(workload), counts, sizes, cluster, fn.subgroup_size,  # type: ignore[arg-type]
-                      fn.workgroup_storage_bytes)
+
+class ContractViolation(Exception):
+    """A workload or launch that breaks the launch contract: a LAUNCH_CONFIG
+    code, its message fields and the op location it concerns. Callers decide
+    where to report it (a command line, an artifact, a launch site)."""
+
+    def __init__(self, code: str, loc: tuple[int, int], **fields: Any) -> None:
+        super().__init__(code)
+        self.code = code
+        self.loc = loc
+        self.fields = fields
+
+
+Triple = tuple[int, int, int]
+
+
+def evaluate_contract(module: Module, kernel: Operation, workload: list[Any], profile: Profile,
+                      subgroup_size: int | None, max_steps: int | None = None,
+                      evaluator: Any = None) -> tuple[Triple, Triple, Triple]:
+    """The launch contract of LANGUAGE.md section 8 for typed workload values:
+    the workload predicates (LAUNCH_CONFIG/005), the launch-config region in
+    64 bits (007 on UB, 008 when it does not fold) and the geometry rules of
+    the profile (006). Returns (workgroups, workgroup_size, cluster) or raises
+    ContractViolation. Shared by launch-config artifacts and the interpreter."""
+    from loomcli.launch.interpret import run_launch_config
+    from loomcli.passes.evaluate import MAX_STEPS, UndefinedBehavior
+    from loomcli.passes.fold import predicate_holds
+
+    args = kernel.regions[0].args
+    env = dict(zip(args, workload))
+    for p in kernel.attrs["sig"].where or []:
+        values = [int(env[a]) if isinstance(a, Value) else a for a in p.args]
+        if not predicate_holds(p.name, values):
+            i = args.index(p.args[0])
+            raise ContractViolation("LAUNCH_CONFIG/005", kernel.loc, i=i, v=format_value(workload[i]),
+                                    pred=_pred_text(p))
+    run = run_launch_config(module, kernel, workload, subgroup_size, MAX_STEPS if max_steps is None else max_steps,
+                            evaluator)
+    if run.failures:
+        f = run.failures[0]
+        if isinstance(f.error, UndefinedBehavior):
+            raise ContractViolation("LAUNCH_CONFIG/007", f.op.loc, why=f.error.reason)
+        raise ContractViolation("LAUNCH_CONFIG/008", f.op.loc, field=f.fields[0], s=kernel.attrs["sym"])
+    for name, triple in run.values.items():
+        if None in triple:  # pragma: no cover - every argument is known, so only a failure leaves a hole
+            raise ContractViolation("LAUNCH_CONFIG/008", kernel.loc, field=name, s=kernel.attrs["sym"])
+    counts, sizes, cluster = (tuple(int(v) for v in run.values[k])
+                              for k in ("workgroups", "workgroup_size", "cluster_size"))
+    problem = check_geometry(counts, sizes, cluster, profile)  # type: ignore[arg-type]
+    if problem is not None:
+        field, shown = problem
+        config = kernel.regions[0].terminator
+        loc = config.loc_of(field.split(".")[0].split("*")[0]) if config is not None else (0, 0)
+        raise ContractViolation("LAUNCH_CONFIG/006", loc, field=field, v=shown)
+    return counts, sizes, cluster  # type: ignore[return-value]
 
 
 AXES = "xyz"
