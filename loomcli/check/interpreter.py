@@ -361,12 +361,8 @@ class Interpreter:
                 out = fn(inv, env)
             except ExecFailure:
                 raise
-            except OutOfBounds as e:
-                raise ExecFailure("EXEC/001", op, {"view": e.view, "indices": e.indices}) from None
-            except UndefinedBehavior as e:
-                raise ExecFailure("EXEC/002", op, {"why": str(e)}) from None
             except EvaluationError as e:
-                raise ExecFailure("EXEC/002", op, {"why": f"cannot run {op.name}: {e}"}) from None
+                raise _exec_failure(op, e) from None
             if res:
                 for r, v in zip(res, out):
                     env[r] = v
@@ -382,12 +378,8 @@ class Interpreter:
                     out = fn(inv, env)
             except ExecFailure:
                 raise
-            except OutOfBounds as e:
-                raise ExecFailure("EXEC/001", op, {"view": e.view, "indices": e.indices}) from None
-            except UndefinedBehavior as e:
-                raise ExecFailure("EXEC/002", op, {"why": str(e)}) from None
             except EvaluationError as e:
-                raise ExecFailure("EXEC/002", op, {"why": f"cannot run {op.name}: {e}"}) from None
+                raise _exec_failure(op, e) from None
             if res:
                 for r, v in zip(res, out):
                     env[r] = v
@@ -980,6 +972,15 @@ class InterpreterLauncher:
         except ContractViolation as v:
             raise SampleFailure(Diagnostic.make(v.code, self.path, op.loc, **v.fields)) from None
         return counts, sizes
+
+
+def _exec_failure(op: Operation, e: EvaluationError) -> ExecFailure:
+    """An evaluation error of `op` as the EXEC diagnostic it stands for."""
+    if isinstance(e, OutOfBounds):
+        return ExecFailure("EXEC/001", op, {"view": e.view, "indices": e.indices})
+    if isinstance(e, UndefinedBehavior):
+        return ExecFailure("EXEC/002", op, {"why": str(e)})
+    return ExecFailure("EXEC/002", op, {"why": f"cannot run {op.name}: {e}"})
 
 
 def build_launcher(path: str, module_roots: list[str], profile: Profile) -> InterpreterLauncher:
