@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.errors import EXIT_COMPILE, EXIT_ENV, EXIT_OK, EXIT_USAGE, LoomError, UsageError, atomic_write
 
-EXIT_OK, EXIT_COMPILE, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
-
-
-class LoomError(Exception):
-    """A driver-level failure printed as `loom: error: ...`."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_ENV) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class UsageError(LoomError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_USAGE)
+__all__ = ["EXIT_COMPILE", "EXIT_ENV", "EXIT_OK", "EXIT_USAGE", "LoomError", "UsageError", "atomic_write"]
 
 
 def diagnostics_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,33 +56,6 @@ class DiagnosticPrinter:
                 click.echo(d.to_json(), err=True)
             else:
                 click.echo(d.render(self._source(d.file)), err=True)
-
-
-def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a
-    rename, so a failure or a kill never leaves a partial or stale output."""
-    if path == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".loom-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> Any:

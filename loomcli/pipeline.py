@@ -103,7 +103,7 @@ def default_roots(index: LinkIndex) -> list[str]:
 
 def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
     """A gcc-compatible depfile: the first target is the output, then every file read."""
-    from loomcli.driver import atomic_write
+    from loomcli.errors import atomic_write
 
     def esc(p: str) -> str:
         return p.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")

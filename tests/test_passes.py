@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loomcli.driver import UsageError
+from loomcli.errors import UsageError
 from loomcli.frontend import parse_text
 from loomcli.ir.types import BF16, F16, F32, F64
 from loomcli.ir.verifier import verify

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loomcli.driver import EXIT_ENV, LoomError
+from loomcli.errors import EXIT_ENV, LoomError
 
 INSTALL_HINT = "install a Vulkan loader and driver: apt-get install libvulkan1 mesa-vulkan-drivers"
 FENCE_TIMEOUT_NS = 300 * 1_000_000_000

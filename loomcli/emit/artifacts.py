@@ -36,7 +36,7 @@ def check_targets(module: Module, profile: Profile) -> None:
 
 def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
     """Emit `module` (compiled for `profile`) in format `fmt`."""
-    from loomcli.driver import UsageError
+    from loomcli.errors import UsageError
 
     family = FORMATS[fmt][0]
     if family is not None and family != profile.family:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
-from loomcli.driver import UsageError
+from loomcli.errors import UsageError
 from loomcli.ir.core import Module, Operation, Region, Signature
 from loomcli.launch.program import FACTS, FORMAT_SYMBOL, FORMAT_VERSION, PREFIX, TARGET_PREFIX, entry_name, fact_symbol
 from loomcli.targets.profiles import Profile
@@ -226,7 +226,7 @@ class _Builder:
     def _avoid_reserved(self, support: list[Operation], kernels: list[Operation]) -> None:
         """User symbols never collide with the artifact's own (`launch_config.*`):
         a function or value of that prefix gets `_` prepended."""
-        from loomcli.driver import LoomError
+        from loomcli.errors import LoomError
         from loomcli.ir.symbols import rename_references
 
         for op in kernels:

@@ -142,7 +142,7 @@ class BindingCollector:
             key, eq, text = pair.partition("=")
             key = key.strip().lstrip("@")
             if not eq or not key:
-                from loomcli.driver import UsageError
+                from loomcli.errors import UsageError
 
                 raise UsageError(f"--config expects KEY=VALUE, got `{pair}`")
             try:
@@ -164,7 +164,7 @@ class BindingCollector:
             seen: dict[str, Binding] = {}
             for op in module.ops:
                 if op.name != "config.def":
-                    from loomcli.driver import LoomError
+                    from loomcli.errors import LoomError
 
                     raise LoomError(f"{shown}:{op.loc[0]}: a config module holds only config.def ops, "
                                     f"found {op.name}", 1)
@@ -192,7 +192,7 @@ class BindingCollector:
             except tomllib.TOMLDecodeError as e:
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
         else:
-            from loomcli.driver import UsageError
+            from loomcli.errors import UsageError
 
             raise UsageError(f"--config-file {shown}: expected a .json, .toml or .loom file")
         if not isinstance(obj, dict):

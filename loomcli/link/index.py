@@ -99,7 +99,7 @@ class LinkIndex:
     def build(cls, inputs: Iterable[str], libraries: Iterable[str] = ()) -> LinkIndex:
         """Load every input and library (`PATH` or `KEY=PATH`); all of their
         diagnostics are reported together."""
-        from loomcli.driver import UsageError
+        from loomcli.errors import UsageError
         from loomcli.frontend import display_path
 
         items: list[LinkInput] = []

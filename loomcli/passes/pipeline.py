@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loomcli.driver import LoomError, UsageError
+from loomcli.errors import LoomError, UsageError
 from loomcli.ir.core import Module
 from loomcli.passes.registry import ModulePass, PassContext, PassOption, get_pass, pass_names
 

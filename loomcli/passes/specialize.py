@@ -40,7 +40,7 @@ class SelectTemplates(ModulePass):
     mode: str = option("`early` keeps sites an unknown candidate could win open; `final` decides", "final")
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        from loomcli.driver import UsageError
+        from loomcli.errors import UsageError
         from loomcli.passes.select import select_templates
 
         if self.mode not in ("early", "final"):

@@ -113,7 +113,7 @@ def all_profiles() -> list[Profile]:
 
 def parse_target(text: str) -> Profile:
     """`amdgpu:gfx1100`, `gfx1100`, `spirv:vulkan1.3`, `vulkan1.3`; unknown ones are usage errors."""
-    from loomcli.driver import UsageError
+    from loomcli.errors import UsageError
 
     family, _, selector = text.partition(":")
     if not selector:

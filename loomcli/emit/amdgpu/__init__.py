@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 
-from loomcli.driver import LoomError
 from loomcli.emit import Artifact
+from loomcli.errors import LoomError
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import Profile
 
