@@ -58,11 +58,41 @@ class DiagnosticPrinter:
                 click.echo(d.render(self._source(d.file)), err=True)
 
 
+def diagnostics_format(args: list[str]) -> str:
+    """The `--diagnostics` value of a command line (the last one wins), for
+    diagnostics raised after the command returned control to the driver."""
+    fmt = "text"
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if a.startswith("--diagnostics="):
+            fmt = a.split("=", 1)[1]
+        elif a == "--diagnostics" and i + 1 < len(args):
+            fmt = args[i + 1]
+    return fmt if fmt in ("text", "json") else "text"
+
+
+class _ClosedStdout:
+    """Stands in for a standard output that was closed before loom started:
+    writing to it is an environment error, not a crash."""
+
+    def __getattr__(self, name: str) -> Any:  # write, buffer, fileno, ...
+        raise LoomError("standard output is closed", EXIT_ENV)
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:  # called again at interpreter exit
+        pass
+
+
 def run_cli(group: click.Group, argv: list[str] | None) -> Any:
     debug = os.environ.get("LOOM_DEBUG") not in (None, "", "0")
+    args = list(argv if argv is not None else sys.argv[1:])
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     try:
-        rv = group.main(args=argv, prog_name="loom", standalone_mode=False,
-                        obj=list(argv if argv is not None else sys.argv[1:]))
+        rv = group.main(args=argv, prog_name="loom", standalone_mode=False, obj=args)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:  # usage errors: bad flags, missing arguments
@@ -72,7 +102,7 @@ def run_cli(group: click.Group, argv: list[str] | None) -> Any:
         click.echo("loom: error: interrupted", err=True)
         sys.exit(130)
     except CompileError as e:
-        DiagnosticPrinter().emit(e.diagnostics)
+        DiagnosticPrinter(diagnostics_format(args)).emit(e.diagnostics)
         sys.exit(EXIT_COMPILE)
     except LoomError as e:
         click.echo(f"loom: error: {e}", err=True)

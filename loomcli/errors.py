@@ -9,10 +9,6 @@ the command line.
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
 EXIT_OK, EXIT_COMPILE, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 
 
@@ -31,26 +27,10 @@ class UsageError(LoomError):
 
 def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
     """Write `data` to `path` through a temporary file in the same folder and a
-    rename, so a failure or a kill never leaves a partial or stale output."""
-    if path == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".loom-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    rename, so a failure or a kill never leaves a partial or stale output.
+    Special files are written in place and symlinks through to their target:
+    see `loomcli.files.write_outputs`, which also publishes several outputs
+    all or nothing."""
+    from loomcli.files import write_outputs
+
+    write_outputs([(path, data)], mode=mode)

@@ -16,7 +16,9 @@ BYTECODE_MAGIC = b"LOOMBC"
 
 def display_path(path: str) -> str:
     """Paths are shown (and stored) relative to the working folder when under it, `/`-separated."""
-    if path in ("-", "<memory>", "<stdin>"):
+    if path == "-":
+        return "<stdin>"
+    if path in ("<memory>", "<stdin>"):
         return path
     try:
         rel = os.path.relpath(path)
@@ -69,7 +71,8 @@ def load_bytes(data: bytes, path: str, verify: bool = True) -> Module:
 
 
 def load_module(path: str, verify: bool = True) -> Module:
-    """Read and check one input file. I/O errors propagate as OSError."""
-    with open(path, "rb") as f:
-        data = f.read()
-    return load_bytes(data, display_path(path), verify)
+    """Read and check one input file (`-`: standard input). I/O errors
+    propagate as OSError; an input above the size limit is a LoomError."""
+    from loomcli.files import read_input
+
+    return load_bytes(read_input(path), "<stdin>" if path == "-" else display_path(path), verify)

@@ -102,8 +102,14 @@ def default_roots(index: LinkIndex) -> list[str]:
 
 
 def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
-    """A gcc-compatible depfile: the first target is the output, then every file read."""
+    """Write `depfile(target, deps)` to `path`."""
     from loomcli.errors import atomic_write
+
+    atomic_write(path, depfile(target, deps))
+
+
+def depfile(target: str, deps: Sequence[str]) -> bytes:
+    """A gcc-compatible depfile: the first target is the output, then every file read."""
 
     def esc(p: str) -> str:
         return p.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
@@ -112,7 +118,7 @@ def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
     for d in deps:
         seen.setdefault(d, None)
     lines = [f"{esc(target)}:"] + [f" {esc(d)}" for d in seen]
-    atomic_write(path, (" \\\n".join(lines) + "\n").encode())
+    return (" \\\n".join(lines) + "\n").encode()
 
 
 @dataclass(frozen=True)

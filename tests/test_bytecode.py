@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli.bytecode import SymbolEntry, read_module, read_symbol_table, write_module
+from loomcli.bytecode.reader import decode_module
 from loomcli.bytecode import layout as L
 from loomcli.bytecode import reader as reader_mod
 from loomcli.diagnostics import CompileError
@@ -307,7 +308,9 @@ def test_every_attribute_kind() -> None:
         values["preds"][1].arg_locs = [(1, 2), (1, 5)]
     kernel.regions[1].ops[0].attrs.update(values)
     data = write_module(module)
-    again = read_module(data)
+    with pytest.raises(CompileError, match="malformed at byte"):
+        read_module(data)  # the structural check: none of these belong on the op
+    again = decode_module(data)
     got = again.ops[0].regions[1].ops[0].attrs
     assert "$internal" not in got
     assert_same(module, again)
@@ -346,7 +349,7 @@ def test_written_types_kept_only_when_they_disagree() -> None:
     again = read_module(write_module(module))
     assert again.ops[0].regions[0].ops[3].written_types is None
     op.written_types = [I32, None]
-    again = read_module(write_module(module))
+    again = read_module(write_module(module))  # kept for the verifier's TYPE/001
     assert again.ops[0].regions[0].ops[3].written_types == [I32, None]
 
 
@@ -355,7 +358,9 @@ def test_free_values_are_kept() -> None:
     ghost = Value("ghost", F32, (7, 7))
     op = module.ops[0].regions[1].ops[0]
     op.add_operand(ghost)
-    again = read_module(write_module(module))
+    with pytest.raises(CompileError, match="malformed at byte"):
+        read_module(write_module(module))
+    again = decode_module(write_module(module))
     got = again.ops[0].regions[1].ops[0].operands[-1]
     assert type(got) is Value and got.name == "ghost" and got.loc == (7, 7) and got.type is F32
     assert got.uses == [(again.ops[0].regions[1].ops[0], len(op.operands) - 1)]
@@ -479,17 +484,20 @@ def _nest(depth: int) -> Module:
     outer = Operation(OPS["command.serial"])
     module.body.append(outer)
     op = outer
-    for _ in range(depth - 1):
+    for _ in range(depth - 2):  # the innermost op is a terminator
         inner = Operation(OPS["command.serial"])
-        op.add_region().append(inner)
+        region = op.add_region()
+        region.append(inner)
+        region.append(Operation(OPS["command.yield"]))
         op = inner
-    op.add_region()
+    op.add_region().append(Operation(OPS["command.yield"]))
     return module
 
 
 def test_nesting_limit(monkeypatch) -> None:
     ok = _nest(L.MAX_DEPTH)
-    assert len(list(read_module(write_module(ok)).walk())) == L.MAX_DEPTH
+    serial = [op for op in read_module(write_module(ok)).walk() if op.name == "command.serial"]
+    assert len(serial) == L.MAX_DEPTH - 1
     with pytest.raises(ValueError):
         write_module(_nest(L.MAX_DEPTH + 1))
     monkeypatch.setattr(L, "MAX_DEPTH", 10 ** 6)  # let the writer produce what readers must refuse

@@ -5,9 +5,13 @@ before anything is allocated for it, every string, value and type reference
 against its table, every offset and length against the file, nesting against
 `MAX_DEPTH`. Each payload is decoded from its own `bytes` object, so reading
 past a payload's end is an `IndexError` that becomes BYTECODE/003 at the
-payload's end. Problems are reported as `CompileError` with BYTECODE/001 (not
-bytecode, or a version this reader does not know) or BYTECODE/003 (malformed,
-with the byte offset where it was noticed).
+payload's end. Each decoded top-level op must then pass the structural check
+(`loomcli.ir.structural`): every invariant the text parser guarantees, so no
+later stage sees an op that text could not have produced. Problems are
+reported as `CompileError` with BYTECODE/001 (not bytecode, or a version this
+reader does not know) or BYTECODE/003 (malformed, with the byte offset where
+it was noticed: an op that fails the structural check is reported at the
+start of its payload).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, S
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signature, Value
 from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS
+from loomcli.ir.structural import StructureError, check_comment, check_module_op
 from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType
 
 _unpack_f64 = struct.Struct("<d").unpack_from
@@ -811,7 +816,7 @@ class _Payload:
         return op, p
 
 
-def _decode(data: bytes, path: str) -> Module:
+def _decode(data: bytes, path: str, check: bool) -> Module:
     base = 0
     try:
         try:
@@ -821,6 +826,11 @@ def _decode(data: bytes, path: str) -> Module:
         strs = h.strings.list
         module = Module(h.path if h.path is not None else path)
         module.end_comments = h.end_comments
+        try:
+            for comment in h.end_comments if check else ():
+                check_comment(comment)
+        except StructureError as bad:
+            raise _Malformed(0, bad.why) from None
         opdefs: dict[int, Any] = {}
         types: dict[int, Any] = {}
         body = module.body
@@ -834,6 +844,11 @@ def _decode(data: bytes, path: str) -> Module:
                 raise _Malformed(e.length, "payload ends in the middle of an item") from None
             if p != e.length:
                 raise _Malformed(p, f"payload has {e.length - p} trailing bytes")
+            if check:
+                try:
+                    check_module_op(op)
+                except StructureError as bad:
+                    raise _Malformed(0, bad.why) from None
             if (op.opdef.name, *symbol_fields(op)) != (e.op_name, e.symbol, e.public, e.retain, e.export):
                 raise _Malformed(0, "symbol table entry disagrees with its payload")
             op.parent = body
@@ -848,17 +863,27 @@ def _decode(data: bytes, path: str) -> Module:
 
 
 def read_module(data: bytes, path: str = "<bytecode>") -> Module:
-    """Decode `.loombc` bytes into a Module.
+    """Decode `.loombc` bytes into a Module that passes the structural check.
 
     The module's path is the one stored in the file (files written with debug
     information) or else `path`, which also names the file in diagnostics.
     Raises `CompileError` (BYTECODE/001 or BYTECODE/003) for anything that is
     not a well-formed module of a supported version.
     """
+    return _read(data, path, True)
+
+
+def decode_module(data: bytes, path: str = "<bytecode>") -> Module:
+    """The codec alone, without the structural check: for tests of the format
+    itself. Everything a user hands us goes through `read_module`."""
+    return _read(data, path, False)
+
+
+def _read(data: bytes, path: str, check: bool) -> Module:
     data = bytes(data)
     try:
         with gc_paused():
-            module = _decode(data, path)
+            module = _decode(data, path, check)
     except _Malformed as err:
         raise _fail(path, err) from None
     except _BadVersion as err:

@@ -12,7 +12,7 @@ import os
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
 ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
@@ -115,12 +115,11 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     for folder in {os.path.dirname(path) for path, _ in writes if path != "-"} - {""}:
         if out_dir is not None or folder in (launch_path, manifest_path):
             os.makedirs(folder, exist_ok=True)  # --out-dir (and side folders) are created as needed
-    for path, data in writes:
-        atomic_write(path, data)
-    from loomcli.pipeline import write_depfile
+    from loomcli.files import write_outputs
+    from loomcli.pipeline import depfile
 
-    for dep, target in depfiles:
-        write_depfile(dep, target, front.files_read)
+    writes += [(dep, depfile(target, front.files_read)) for dep, target in depfiles]
+    write_outputs(writes, inputs=front.files_read)  # all or nothing
     return 0
 
 

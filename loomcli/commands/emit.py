@@ -6,7 +6,7 @@ import os
 
 import click
 
-from loomcli.driver import UsageError, atomic_write, diagnostics_option
+from loomcli.driver import UsageError, diagnostics_option
 
 FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
 
@@ -52,6 +52,7 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
     if manifest_path:
         writes.append((manifest_path, manifest(artifact, os.path.basename(output),
                                                os.path.basename(launch_path) if launch_path else None)))
-    for path, data in writes:
-        atomic_write(path, data)
+    from loomcli.files import write_outputs
+
+    write_outputs(writes, inputs=[compiled_path])  # all or nothing
     return 0

@@ -9,6 +9,7 @@ import click
 
 from loomcli.diagnostics import CompileError
 from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
+from loomcli.files import read_input, write_outputs
 from loomcli.frontend import display_path, is_bytecode, load_bytes
 
 
@@ -20,7 +21,7 @@ def _first_difference(a: str, b: str) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--check", is_flag=True, help="Exit 1 if a file is not canonical (one line per file).")
 @click.option("--in-place", "-i", "in_place", is_flag=True, help="Rewrite non-canonical files (never invalid ones).")
 @click.option("--to", "to", type=click.Choice(["text", "bc"]), help="Convert one input to text or bytecode.")
@@ -47,9 +48,10 @@ def fmt(files: tuple[str, ...], check: bool, in_place: bool, to: str | None, out
     printer = DiagnosticPrinter(diagnostics_format)
     status = 0
     for path in files:
-        with open(path, "rb") as f:
-            data = f.read()
-        shown = display_path(path)
+        if path == "-" and in_place:
+            raise UsageError("--in-place needs files, not standard input")
+        data = read_input(path)
+        shown = "<stdin>" if path == "-" else display_path(path)
         if not is_bytecode(data):
             printer.remember(shown, data.decode("utf-8", "replace"))
         try:
@@ -69,7 +71,7 @@ def fmt(files: tuple[str, ...], check: bool, in_place: bool, to: str | None, out
                     raise UsageError("refusing to write bytecode to a terminal; use -o FILE")
             else:
                 out = print_module(module).encode()
-            atomic_write(output, out)  # type: ignore[arg-type]
+            write_outputs([(output, out)], inputs=[path])  # type: ignore[list-item]
             continue
         text = print_module(module)
         if check:

@@ -53,9 +53,10 @@ def launch_eval(input_path: str, name: str, workload: tuple[str, ...], as_json: 
         raise UsageError("--target and --target-env exclude each other")
     if target_env:
         target = f"spirv:{target_env}"
-    with open(input_path, "rb") as f:
-        data = f.read()
-    shown = display_path(input_path)
+    from loomcli.files import read_input
+
+    data = read_input(input_path)
+    shown = "<stdin>" if input_path == "-" else display_path(input_path)
     printer = DiagnosticPrinter(diagnostics_format)
     try:
         if is_launch_artifact(data):

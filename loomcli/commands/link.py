@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
 
 
 def output_bytes(module, output: str) -> bytes:
@@ -64,5 +64,7 @@ def link(inputs: tuple[str, ...], libraries: tuple[str, ...], roots: tuple[str, 
 
         click.echo("\n".join(symbol_listing(linked.result)))
     if output is not None:
-        atomic_write(output, output_bytes(linked.module, output))
+        from loomcli.files import write_outputs
+
+        write_outputs([(output, output_bytes(linked.module, output))], inputs=linked.files_read)
     return 0

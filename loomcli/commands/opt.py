@@ -7,7 +7,8 @@ import sys
 import click
 
 from loomcli.diagnostics import CompileError
-from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
+from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.files import read_input, write_outputs
 from loomcli.frontend import display_path, is_bytecode, load_bytes
 
 
@@ -39,12 +40,8 @@ def opt(input_path: str | None, pipeline_text: str, output: str | None, list_pas
     if input_path is None:
         raise UsageError("missing INPUT (or give --list-passes)")
     pipeline = parse_pipeline(pipeline_text)
-    if input_path == "-":
-        data, shown = sys.stdin.buffer.read(), "<stdin>"
-    else:
-        with open(input_path, "rb") as f:
-            data = f.read()
-        shown = display_path(input_path)
+    data = read_input(input_path)
+    shown = "<stdin>" if input_path == "-" else display_path(input_path)
     printer = DiagnosticPrinter(diagnostics_format)
     if not is_bytecode(data):
         printer.remember(shown, data.decode("utf-8", "replace"))
@@ -60,7 +57,7 @@ def opt(input_path: str | None, pipeline_text: str, output: str | None, list_pas
     if output is not None and output.endswith(".loombc"):
         from loomcli.bytecode import write_module
 
-        atomic_write(output, write_module(module))
+        write_outputs([(output, write_module(module))], inputs=[input_path])
         return 0
     from loomcli.text.printer import print_module
 
@@ -68,5 +65,5 @@ def opt(input_path: str | None, pipeline_text: str, output: str | None, list_pas
     if output is None or output == "-":
         sys.stdout.write(text)
     else:
-        atomic_write(output, text.encode())
+        write_outputs([(output, text.encode())], inputs=[input_path])
     return 0

@@ -155,8 +155,9 @@ class BindingCollector:
         """`--config-file`: .json, .toml, or a `.loom` config module; later files win."""
         shown = shown or path
         ext = os.path.splitext(path)[1].lower()
-        with open(path, "rb") as f:
-            data = f.read()
+        from loomcli.files import read_input
+
+        data = read_input(path)
         if ext == ".loom" or ext == ".loombc":
             from loomcli.frontend import load_bytes
 

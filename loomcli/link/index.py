@@ -71,10 +71,10 @@ def split_key(spec: str) -> tuple[str | None, str]:
 
 
 def make_input(path: str, shown: str, key: str | None, library: bool) -> LinkInput:
+    from loomcli.files import read_input
     from loomcli.frontend import is_bytecode, load_bytes
 
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_input(path)
     key = key or os.path.splitext(os.path.basename(path))[0]
     if is_bytecode(data):
         from loomcli.bytecode import read_symbol_table
