@@ -56,6 +56,7 @@ CODES: dict[str, str] = {
     "TARGET/004": "workgroup storage {n} > {limit} bytes",
     "TARGET/005": "`@{k}` needs {feature}, which {target} lacks",
     "TARGET/006": "push constants of `@{k}` take {n} > {limit} bytes",
+    "TARGET/007": "private storage {n} > {limit} bytes",
     "LAUNCH_CONFIG/001": "no kernel exported as `{name}`",
     "LAUNCH_CONFIG/004": "workload arguments: {detail}",
     "LAUNCH_CONFIG/005": "argument {i} = {v} violates {pred}",
@@ -66,6 +67,7 @@ CODES: dict[str, str] = {
     "BYTECODE/003": "malformed at byte {offset}: {why}",
     "EXEC/001": "out of bounds: {view}[{indices}]",
     "EXEC/002": "undefined behaviour: {why}",
+    "EXEC/003": "step budget exhausted: the launch ran more than {n} operations (loom test --max-steps)",
     "CHECK/001": "at {position}: actual {a}, expected {e}",
 }
 

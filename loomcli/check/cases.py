@@ -23,12 +23,14 @@ from typing import Any, Protocol
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.types import BF16, F16, ScalarType, ShapedType, Type, is_float
+from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, ScalarType, ShapedType, Type, is_float
 from loomcli.passes.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
 from loomcli.passes.fold import canonical, float_bits, float_from_bits, round_exact, round_float
 
 # Host programs may loop over many launches; they get more steps than folding.
 CASE_MAX_STEPS = 100 * MAX_STEPS
+# A generated check tensor may take at most this many bytes (checked before allocating).
+MAX_TENSOR_BYTES = 1 << 30
 
 # struct codes of stored elements; f16 and bf16 go through their bit patterns.
 _CODES = {"i1": "B", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "f16": "H", "bf16": "H", "f32": "f", "f64": "d"}
@@ -303,13 +305,24 @@ class CaseRunner(Evaluator):
             dims.append(int(n))
         return tuple(dims)
 
+    def _tensor_shape(self, op: Operation, env: dict[Value, Any]) -> tuple[int, ...]:
+        """The shape of the tensor `op` generates, refused before anything is
+        allocated when it would take more than MAX_TENSOR_BYTES."""
+        t = op.results[0].type
+        shape = self.shape_of(t, env)
+        nbytes = math.prod(shape) * ELEMENT_BYTES[t.elem]
+        if nbytes > MAX_TENSOR_BYTES:
+            raise SampleFailure(self._diag("EXEC/002", op.loc, why=f"a {t} of {nbytes} bytes exceeds the "
+                                                                    f"{MAX_TENSOR_BYTES}-byte limit of check tensors"))
+        return shape
+
     def _fill(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         t = op.results[0].type
-        return [fill(t.elem, self.shape_of(t, env), op.attrs["value"])]
+        return [fill(t.elem, self._tensor_shape(op, env), op.attrs["value"])]
 
     def _iota(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         t = op.results[0].type
-        return [iota(t.elem, self.shape_of(t, env), op.attrs["offset"], op.attrs["step"])]
+        return [iota(t.elem, self._tensor_shape(op, env), op.attrs["offset"], op.attrs["step"])]
 
     def _launch(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         if self.launcher is None:

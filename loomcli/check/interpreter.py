@@ -225,11 +225,18 @@ class Sync:
 CONVERGENT = frozenset({"kernel.barrier", "kernel.workgroup.reduce", "kernel.subgroup.reduce"})
 
 
+# Operations one launch may run, all invocations together, before EXEC/003:
+# about 20 s of interpreting; `loom test --max-steps` changes it.
+DEFAULT_MAX_STEPS = 20_000_000
+
+
 class Interpreter:
     """Runs kernels of one compiled module for one profile."""
 
-    def __init__(self, module: Module, profile: Profile = REFERENCE, max_steps: int = 100 * MAX_STEPS) -> None:
+    def __init__(self, module: Module, profile: Profile = REFERENCE, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         self.module = module
+        self.max_steps = max_steps
+        self.steps = 0
         self.profile = profile
         self.symbols = module.symbols()
         self.subgroup_size = profile.subgroup_size or REFERENCE.subgroup_size or 32
@@ -252,6 +259,7 @@ class Interpreter:
         body = kernel.regions[1]
         code = self.code(body)
         self.size, self.count = size, groups
+        self.steps = 0
         for a, v in zip(body.args, args):
             if not isinstance(v, Root):
                 self._check_range(a, v, kernel)
@@ -354,8 +362,16 @@ class Interpreter:
 
     # -------------------------------------------------------------- execution
 
+    def _count(self, code: Code) -> None:
+        """Charge one run of a region (its ops and terminator) to the launch's budget."""
+        self.steps += len(code.ops) + 1
+        if self.steps > self.max_steps:
+            op = code.term_op if code.term_op is not None else code.ops[0][2]
+            raise ExecFailure("EXEC/003", op, {"n": self.max_steps})
+
     def exec(self, code: Code, inv: Invocation, env: dict[Value, Any]) -> list[Any]:
         """Run a region without convergent ops; the terminator's operand values."""
+        self._count(code)
         for fn, res, op, _ in code.ops:
             try:
                 out = fn(inv, env)
@@ -370,6 +386,7 @@ class Interpreter:
 
     def gen(self, code: Code, inv: Invocation, env: dict[Value, Any]) -> Any:
         """`exec` as a generator that yields `Sync`s at convergent ops."""
+        self._count(code)
         for fn, res, op, conv in code.ops:
             try:
                 if conv:
@@ -922,11 +939,11 @@ class InterpreterLauncher:
     """Runs the `kernel.launch` ops of one input's cases on the interpreter;
     the same interface as `VulkanLauncher`."""
 
-    def __init__(self, module: Module, profile: Profile, path: str) -> None:
+    def __init__(self, module: Module, profile: Profile, path: str, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         self.module = module
         self.profile = profile
         self.path = path
-        self.interpreter = Interpreter(module, profile)
+        self.interpreter = Interpreter(module, profile, max_steps)
         self.symbols = module.symbols()
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:

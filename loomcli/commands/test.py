@@ -49,9 +49,11 @@ if TYPE_CHECKING:
                    "interpreter default: the reference profile).")
 @click.option("--bench", is_flag=False, flag_value="", default=None, metavar="[@B]",
               help="After the checks, time the samples of every check.benchmark (or only @B).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Interpreter: operations one launch may run before EXEC/003 (default 20000000).")
 @diagnostics_option
 def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: str | None, bench: str | None,
-         diagnostics_format: str, quiet: bool, verbose: bool) -> int:
+         max_steps: int | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Run the check cases of each FILE and report per case and sample."""
     # `--bench FILE` means `--bench` (all benchmarks) followed by a file.
     if bench is not None and bench and not bench.startswith("@"):
@@ -69,7 +71,7 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
             profile = _profile(target, runner)
             if verbose:
                 click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
-        session = Session(runner, profile, DiagnosticPrinter(diagnostics_format), quiet)
+        session = Session(runner, profile, DiagnosticPrinter(diagnostics_format), quiet, max_steps)
         session.run(files, [c.removeprefix("@") for c in cases],
                     None if bench is None else bench.removeprefix("@"))
     finally:
@@ -124,8 +126,10 @@ class FileCases:
 class Session:
     """One `loom test` run: compiles, runs and reports every file's cases."""
 
-    def __init__(self, runner: VulkanRunner | None, profile: Profile, printer: DiagnosticPrinter, quiet: bool) -> None:
+    def __init__(self, runner: VulkanRunner | None, profile: Profile, printer: DiagnosticPrinter, quiet: bool,
+                 max_steps: int | None = None) -> None:
         self.runner = runner
+        self.max_steps = max_steps
         self.profile = profile
         self.printer = printer
         self.quiet = quiet
@@ -203,9 +207,10 @@ class Session:
         compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots))
         self.printer.emit(compiled.warnings)
         if self.runner is None:
-            from loomcli.check.interpreter import InterpreterLauncher
+            from loomcli.check.interpreter import DEFAULT_MAX_STEPS, InterpreterLauncher
 
-            f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path)
+            f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path,
+                                                self.max_steps or DEFAULT_MAX_STEPS)
             return None
         artifact = _emit_spirv(compiled.module, self.profile)
         return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels)

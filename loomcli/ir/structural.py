@@ -406,26 +406,53 @@ def _result_count(n: int | None) -> Callable[[_OpCheck, F.Directive], None]:
     return check
 
 
+def _written_as(c: _OpCheck, i: int, t: Type) -> None:
+    """Text writes one type for operand `i` and the parser takes it as written:
+    the operand must have it (a recorded written type is the verifier's)."""
+    op = c.op
+    if op.operands[i].type != t and (op.written_types is None or i >= len(op.written_types)
+                                     or op.written_types[i] is None):
+        c.fail(f"operand {i} has type {op.operands[i].type}, but the op's text gives {t}")
+
+
+def _results_typed(c: _OpCheck, types: list[Type]) -> None:
+    if len(c.op.results) == len(types):
+        for k, (r, t) in enumerate(zip(c.op.results, types)):
+            if r.type != t:
+                c.fail(f"result {k} has type {r.type}, but the op's text gives {t}")
+
+
 def _type_same(c: _OpCheck, d: F.TypeSame) -> None:
-    if d.result is True or isinstance(d.result, Type):
-        c.results = 1
-        if isinstance(d.result, Type) and len(c.op.results) == 1 and c.op.results[0].type is not d.result:
-            c.fail(f"the result must be {d.result.name}")
-    elif d.result == "pack":
-        c.results = len(c.op.operands) + 1
+    op = c.op
+    which = F._which(op, d.operands)
+    if d.result is True or d.result == "pack":
+        c.results = 1 if d.result is True else len(op.operands) + 1
+        if len(op.results) != c.results:
+            return
+        t = op.results[0].type
+        _results_typed(c, [t] * c.results)
     else:
-        c.results = 0
-        if not F._which(c.op, d.operands):
+        c.results = 1 if isinstance(d.result, Type) else 0
+        if isinstance(d.result, Type):
+            _results_typed(c, [d.result])
+        if not which:
             c.fail("no operand carries the type")
+        t = op.operands[which[0]].type
+    for i in which:
+        _written_as(c, i, t)
 
 
 def _type_each(c: _OpCheck, d: F.TypeEach) -> None:
+    which = F._which(c.op, d.operands)
     if d.mirror is True:
-        c.results = len(F._which(c.op, d.operands))
+        c.results = len(which)
+        _results_typed(c, [c.op.operands[i].type for i in which])
     elif d.mirror is None or d.mirror is False:
         c.results = 0
     else:
-        c.results = 1 if d.mirror in F._which(c.op, d.operands) else 0
+        c.results = 1 if d.mirror in which else 0
+        if c.results:
+            _results_typed(c, [c.op.operands[d.mirror].type])
 
 
 def _type_arrow(c: _OpCheck, d: F.TypeArrow) -> None:

@@ -54,6 +54,7 @@ from loomcli.ir.types import (
     is_view,
 )
 
+MAX_VECTOR_LANES = 64
 _EXPORT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 SYMBOL_KINDS = {
@@ -260,6 +261,8 @@ class Verifier:
         if t.name == "vector":
             if len(t.dims) != 1 or not isinstance(t.dims[0], int) or t.dims[0] < 1:
                 self.error("TYPE/003", loc, what=f"type {t}", why="a vector has one static dim >= 1")
+            elif t.dims[0] > MAX_VECTOR_LANES:  # section 17.35
+                self.error("TYPE/003", loc, what="vector type", why=f"{t.dims[0]} lanes, at most {MAX_VECTOR_LANES}")
         elif t.name == "tensor" and context != CASE:
             self.error("TYPE/003", loc, what=f"type {t}", why="tensors exist only in check cases")
 

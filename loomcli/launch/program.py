@@ -143,7 +143,11 @@ def parse_value(value: Any, t: Type) -> Any:
             return text == "true"
         if _INT.match(text):
             digits = text.removeprefix("-")
-            n = int(digits[2:], 16) if digits[:2] in ("0x", "0X") else int(digits)
+            hexadecimal = digits[:2] in ("0x", "0X")
+            if len(digits[2 if hexadecimal else 0:].lstrip("0")) > (16 if hexadecimal else 20):
+                short = text if len(text) <= 40 else text[:40] + "…"
+                raise BadValue(f"`{short}` is outside the range of {t}")  # and past Python's digit limit
+            n = int(digits[2:], 16) if hexadecimal else int(digits)
             value = -n if text.startswith("-") else n
         elif is_float(t) and _FLOAT.match(text):
             value = float(text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,10 @@ def parse_literal_text(text: str) -> Any:
         raise ValueError(text)
     kind, tok = toks.kinds[0], toks.texts[0]
     if kind == INT:
-        return int(tok, 16) if tok.lstrip("-")[:2].lower() == "0x" else int(tok)
+        hexadecimal = tok.lstrip("-")[:2].lower() == "0x"
+        if len(tok.lstrip("-")[2 if hexadecimal else 0:].lstrip("0")) > (16 if hexadecimal else 20):
+            raise ValueError(text)  # past 2^64, and past Python's 4,300-digit limit
+        return int(tok, 16) if hexadecimal else int(tok)
     if kind == FLOAT:
         return float(tok)
     if kind == IDENT and tok in ("true", "false"):
@@ -180,26 +184,32 @@ class BindingCollector:
             pairs_seen: list[tuple[str, Any]] = []
             try:
                 obj = json.loads(text, object_pairs_hook=lambda pairs: _dup_checked(pairs, pairs_seen))
-            except ValueError as e:
+            except ValueError as e:  # also integers past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
+            except RecursionError:
+                raise _too_deep(shown) from None
+            locations = _key_locations(text)
             for key, _ in pairs_seen:
-                self.diags.append(Diagnostic.make("CONFIG/004", shown, _find_key(text, key), k=key,
+                self.diags.append(Diagnostic.make("CONFIG/004", shown, locations.get(key, (0, 0)), k=key,
                                                   a=shown, b=shown))
         elif ext == ".toml":
             import tomllib
 
             try:
                 obj = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as e:
+            except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
+            except RecursionError:
+                raise _too_deep(shown) from None
         else:
             from loomcli.errors import UsageError
 
             raise UsageError(f"--config-file {shown}: expected a .json, .toml or .loom file")
         if not isinstance(obj, dict):
             raise CompileError([Diagnostic("CONFIG/001", f"{shown}: expected an object of keys", shown, 1, 1)])
+        locations = _key_locations(text)
         for key, value in _flatten(obj):
-            loc = _find_key(text, key.rsplit(".", 1)[-1])
+            loc = locations.get(key.rsplit(".", 1)[-1], (0, 0))
             self.add(Binding(key, value, f"{shown}:{loc[0]}" if loc[0] else shown, shown, loc, level=1),
                      replace=True)
 
@@ -233,26 +243,53 @@ def _dup_checked(pairs: list[tuple[str, Any]], dups: list[tuple[str, Any]]) -> d
     return d
 
 
-def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    for k, v in obj.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            yield from _flatten(v, key + ".")
-        else:
+def _too_deep(shown: str) -> CompileError:
+    return CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: nested too deeply", shown, 0, 0)])
+
+
+def _flatten(obj: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(dotted key, value) of every leaf, in document order (no recursion:
+    the nesting is the input's)."""
+    stack = [iter(obj.items())]
+    prefixes = [""]
+    while stack:
+        for k, v in stack[-1]:
+            key = f"{prefixes[-1]}{k}"
+            if isinstance(v, dict):
+                stack.append(iter(v.items()))
+                prefixes.append(key + ".")
+                break
             yield key, v
+        else:
+            stack.pop()
+            prefixes.pop()
 
 
-def _find_key(text: str, key: str) -> tuple[int, int]:
-    """Best-effort position of a key's definition in a JSON or TOML file, for messages."""
-    import re
+# A key's definition in JSON (`"k":`) or TOML (`k =`, `a.b.k =`, `"k" =`).
+_KEY_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:|^[ \t]*("[^"\n]*"|(?:[\w-]+\.)*[\w-]+)[ \t]*=', re.M)
 
-    k = re.escape(key)
-    pattern = re.compile(rf'"{k}"\s*:|^[ \t]*(?:"{k}"|(?:[\w-]+\.)*{k})[ \t]*=', re.M)
-    m = pattern.search(text)
-    if m is None:
-        return 0, 0
-    i = m.start() + (len(m.group()) - len(m.group().lstrip(" \t")))
-    return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
+
+def _key_locations(text: str) -> dict[str, tuple[int, int]]:
+    """Best-effort position of each key's first definition in a JSON or TOML
+    file, for messages: one pass over the text (a search per key was
+    quadratic in the number of keys)."""
+    out: dict[str, tuple[int, int]] = {}
+    line, line_start, scanned = 1, 0, 0
+    for m in _KEY_RE.finditer(text):
+        name = m.group(1) if m.group(1) is not None else m.group(2).strip('"').rsplit(".", 1)[-1]
+        if m.group(1) is not None and "\\" in name:
+            try:
+                name = json.loads(f'"{name}"')
+            except ValueError:
+                pass
+        i = m.start(1) - 1 if m.group(1) is not None else m.start(2)
+        line += text.count("\n", scanned, i)
+        nl = text.rfind("\n", scanned, i)
+        if nl >= 0:
+            line_start = nl + 1
+        scanned = i
+        out.setdefault(name, (line, i - line_start + 1))
+    return out
 
 
 def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool = False,

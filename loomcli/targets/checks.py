@@ -14,7 +14,9 @@ once its profile is chosen:
 * TARGET/004: `workgroup_storage_bytes` above `max_workgroup_storage_bytes`;
 * TARGET/005: a type the profile's features lack (f16, f64, i64, 8/16-bit
   storage) in the body or a device function it calls;
-* TARGET/006: push constants (spirv) above `max_push_constant_bytes`.
+* TARGET/006: push constants (spirv) above `max_push_constant_bytes`;
+* TARGET/007: private allocas (the body and every function it calls,
+  aligned as workgroup allocas are) above `max_private_bytes` (17.36).
 
 Sizes "fold" as LANGUAGE.md 17.15 says: the launch-config region is run on
 constants with the workload unknown (`loomcli.launch.interpret`).
@@ -123,6 +125,7 @@ class _KernelChecker:
     def run(self) -> None:
         self.check_geometry()
         self.check_storage()
+        self.check_private()
         self.check_push_constants()
         self.check_body()
 
@@ -163,6 +166,20 @@ class _KernelChecker:
             return
         if total > p.max_workgroup_storage_bytes:
             self.error("TARGET/004", self._storage_loc(), n=total, limit=p.max_workgroup_storage_bytes)
+
+    def check_private(self) -> None:
+        from loomcli.passes.fold import align_up, constant_of
+
+        limit = self.profile.max_private_bytes
+        total = 0
+        for op in self._device_ops():
+            if op.name == "buffer.alloca" and op.attrs.get("kind") == "private":
+                size = constant_of(op.operands[0]) if op.operands else None
+                if isinstance(size, int) and not isinstance(size, bool):
+                    total = align_up(total, op.attrs.get("align", 1)) + size
+                    if total > limit:
+                        self.error("TARGET/007", op.loc, n=total, limit=limit)
+                        return
 
     def _storage_loc(self) -> tuple[int, int]:
         """The first workgroup alloca that crosses the limit, else the kernel."""

@@ -41,6 +41,7 @@ class Profile:
     max_workgroup_storage_bytes: int = 65536
     max_workgroup_count: tuple[int, int, int] = (U32_MAX, U32_MAX, U32_MAX)
     max_push_constant_bytes: int | None = None
+    max_private_bytes: int = 65536             # per invocation, all private allocas (TARGET/007)
     index_bitwidth: int = 32
     offset_bitwidth: int = 64
     features: frozenset[str] = frozenset({"f16", "f64", "i64", "int8_storage", "int16_storage"})
@@ -77,6 +78,7 @@ class Profile:
             "max_workgroup_storage_bytes": self.max_workgroup_storage_bytes,
             "max_workgroup_count": list(self.max_workgroup_count),
             "max_push_constant_bytes": self.max_push_constant_bytes,
+            "max_private_bytes": self.max_private_bytes,
             "index_bitwidth": self.index_bitwidth, "offset_bitwidth": self.offset_bitwidth,
             "features": sorted(self.features),
         }
@@ -95,7 +97,7 @@ def amdgpu_profile(chip: str) -> Profile:
 def spirv_profile(env: str) -> Profile:
     return Profile("spirv", env, None, triple="spirv-unknown-vulkan" + env[len("vulkan"):],
                    max_workgroup_size=(1024, 1024, 64), max_workgroup_storage_bytes=32768,
-                   max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128,
+                   max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128, max_private_bytes=16384,
                    index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env])
 
 

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from loomcli.bytecode.layout import MAX_DEPTH
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Value
@@ -90,6 +91,9 @@ class Parser:
         self.last_iso: dict[int, _IsolatedScope] = {}  # id(kernel op) -> launch-config scope
         self._static_shapes: dict[str, ShapedType] = {}
         self.current: Operation | None = None  # the op whose directives are parsing
+        # Nesting of regions and attribute containers: bytecode holds at most
+        # MAX_DEPTH of both together, so text may not nest deeper either.
+        self.depth = 1
 
     # ------------------------------------------------------------ token access
 
@@ -204,7 +208,11 @@ class Parser:
 
     def _int_token(self) -> int:
         text = self.texts[self.i]
-        value = int(text, 16) if "x" in text or "X" in text else int(text, 10)  # `007` is 7
+        hexadecimal = "x" in text or "X" in text
+        digits = text.lstrip("-")[2 if hexadecimal else 0:].lstrip("0")
+        if len(digits) > (16 if hexadecimal else 20):  # past 2^64 (and Python's 4,300-digit limit)
+            self.fail("PARSE/004", self.offset, text=text if len(text) <= 40 else text[:40] + "…")
+        value = int(text, 16) if hexadecimal else int(text, 10)  # `007` is 7
         if not _INT_MIN <= value <= _INT_MAX:
             self.fail("PARSE/004", self.offset, text=text)
         self.i += 1
@@ -274,6 +282,7 @@ class Parser:
             params: list[Any] = []
             if self.at("<"):
                 self.i += 1
+                self._nest(1)
                 while True:
                     if (self.kinds[self.i] == IDENT and self.texts[self.i + 1] == "="
                             and self.kinds[self.i + 1] == PUNCT):
@@ -286,12 +295,26 @@ class Parser:
                         break
                     self.i += 1
                 self.expect(">")
+                self.depth -= 1
             return HashAttr(name, tuple(params))
         if k == SYM:
             return SymbolRef(self.expect_symbol())
         return self.parse_literal()
 
+    def _nest(self, delta: int) -> None:
+        self.depth += delta
+        if self.depth > MAX_DEPTH:
+            raise _SyntaxStop(Diagnostic("PARSE/003", "expected shallower nesting, found too deep a nest",
+                                         self.path, *self.loc(self.offset)))
+
     def parse_attr_list(self) -> list[Any]:
+        self._nest(1)
+        try:
+            return self._parse_attr_list()
+        finally:
+            self.depth -= 1
+
+    def _parse_attr_list(self) -> list[Any]:
         self.expect("[")
         values = []
         if not self.at("]"):
@@ -304,6 +327,13 @@ class Parser:
 
     def parse_dict(self, offsets: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
         """`{k = v, ...}`; `offsets`, if given, receives each key's (key, value) offsets."""
+        self._nest(1)
+        try:
+            return self._parse_dict(offsets)
+        finally:
+            self.depth -= 1
+
+    def _parse_dict(self, offsets: dict[str, tuple[int, int]] | None) -> dict[str, Any]:
         self.expect("{")
         d: dict[str, Any] = {}
         if not self.at("}"):
@@ -582,10 +612,12 @@ class Parser:
         if written:
             self.expect("{")
             kinds = self.kinds
+            self._nest(1)
             while not (kinds[self.i] == PUNCT and self.texts[self.i] == "}"):
                 if kinds[self.i] == EOF:
                     self.fail_expected("`}`")
                 self.parse_op(region)
+            self.depth -= 1
             close_off = self.offset
             self.i += 1
             region.end_loc = self.loc(close_off)
