@@ -224,7 +224,7 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
-        except BaseException as e:  # noqa: BLE001 - a crash is a finding, not the fuzzer's end
+        except BaseException as e:  # a crash is a finding, not the fuzzer's end
             import traceback
 
             return 99, traceback.format_exc() + repr(e)
@@ -314,7 +314,8 @@ def main() -> int:
     tally = fuzz(args.count, args.seed)
     took = time.monotonic() - start
     print(f"inputs {tally.inputs}, command runs {tally.runs}, {took:.0f} s; exit codes {dict(tally.exits)}")
-    kinds = Counter((f.what, f.detail.strip().splitlines()[-1][:160] if f.detail.strip() else "") for f in tally.findings)
+    kinds = Counter((f.what, f.detail.strip().splitlines()[-1][:160] if f.detail.strip() else "")
+                    for f in tally.findings)
     print(f"findings {len(tally.findings)} ({len(kinds)} distinct)")
     for (what, last), n in kinds.most_common():
         print(f"  {n:5d}  {what}: {last}")

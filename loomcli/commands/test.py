@@ -78,7 +78,9 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
         if runner is not None:
             runner.close()
     if not quiet:
-        click.echo(f"{session.passed} passed, {session.failed} failed")
+        n = session.errors
+        errors = f", {n} file{'s' if n != 1 else ''} did not compile" if n else ""
+        click.echo(f"{session.passed} passed, {session.failed} failed{errors}")
     return EXIT_COMPILE if session.failed or session.errors else 0
 
 

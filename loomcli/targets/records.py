@@ -18,7 +18,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation
-from loomcli.targets.profiles import U32_MAX, Profile, parse_target, with_overrides
+from loomcli.targets.profiles import REFERENCE, U32_MAX, Profile, parse_target, with_overrides
 
 RECORD_OPS = {"amdgpu.target": "amdgpu", "spirv.target": "spirv"}
 FEATURES = ("f16", "f64", "i64", "int8_storage", "int16_storage")
@@ -86,7 +86,12 @@ def _shown(v: Any) -> str:
 def record_profile(record: Operation, path: str = "<memory>") -> tuple[Profile, list[Diagnostic]]:
     """The profile a target record describes, and TARGET/001 for each key it
     cannot take (the key is then ignored). Diagnostics point at the record."""
-    base = parse_target(f"{RECORD_OPS[record.name]}:{record.attrs['kind']}")
+    from loomcli.errors import UsageError
+
+    try:
+        base = parse_target(f"{RECORD_OPS[record.name]}:{record.attrs['kind']}")
+    except UsageError:  # the input names the target, so the input is at fault
+        return REFERENCE, [Diagnostic.make("TARGET/001", path, record.loc, text=str(record.attrs["kind"]))]
     diags: list[Diagnostic] = []
 
     def bad(text: str) -> None:

@@ -78,6 +78,8 @@ _LOCAL = re.compile(r"%([A-Za-z_$][\w.$-]*)")
 _CALL = re.compile(r"call (?P<ret>[^@]*?) @(?P<name>[\w.$-]+)\((?P<args>.*)\)")
 
 
+MAX_NAME_HINT = 64
+
 class LoweringError(Exception):
     """Compiled IR the lowering cannot handle (an internal error: the verifier
     and the passes should have ruled it out)."""
@@ -297,7 +299,9 @@ class FunctionLowering:
     # ------------------------------------------------------------ names and text
 
     def fresh(self, hint: str = "t") -> str:
-        base = re.sub(r"[^\w.$-]", "_", hint) or "t"
+        # Loom names are only hints: kept short, since LLVM cuts local names
+        # past 1024 characters and two long names would then collide.
+        base = re.sub(r"[^\w.$-]", "_", hint[:MAX_NAME_HINT]) or "t"
         if base[0].isdigit():
             base = "v" + base
         name, n = base, 0

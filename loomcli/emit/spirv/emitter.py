@@ -23,6 +23,8 @@ from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, F64, I1, I64, ScalarType, is_view
 
+MAX_INSTRUCTION_WORDS = 0xFFFF  # SPIR-V's word count is a 16-bit field
+
 if TYPE_CHECKING:
     from loomcli.targets.profiles import Profile
 
@@ -332,8 +334,13 @@ class SpirvEmitter:
         m = self.m
         for info in infos:
             assert info.fw is not None
-            m.entry_points.append([Op.EntryPoint, GLCOMPUTE, info.fw.id, *string_words(info.abi.export),
-                                   *self._interface(info.fw)])
+            inst = [Op.EntryPoint, GLCOMPUTE, info.fw.id, *string_words(info.abi.export), *self._interface(info.fw)]
+            if len(inst) > MAX_INSTRUCTION_WORDS:  # the word count is a 16-bit field
+                raise CompileError([Diagnostic.make(
+                    "TARGET/005", self.path, info.op.loc, k=info.op.attrs.get("sym", "?"),
+                    feature=f"an entry point name of {len(info.abi.export.encode())} bytes",
+                    target=f"{self.profile.name} (at most {4 * (MAX_INSTRUCTION_WORDS - 4) - 1})")])
+            m.entry_points.append(inst)
             m.execution_modes.append([Op.ExecutionMode, info.fw.id, EXEC_LOCAL_SIZE, *info.workgroup_size])
         return Artifact("spirv-binary", m.to_bytes(), [self._manifest(i) for i in infos], self._target())
 
