@@ -122,7 +122,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if manifest_file is not None and kind in MODULE_FORMATS.values():
             raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
         request = CompileRequest(module=module_bytes, target=profile.name if profile is not None else "",
-                                 format=kind, roots=tuple(roots), pipeline=pipeline,
+                                 format=kind, roots=tuple(roots), linked=True, pipeline=pipeline,
                                  require_resolved_config=require_resolved_config,
                                  launch_config=launch_file is not None, manifest=manifest_file is not None,
                                  artifact_name=os.path.basename(path),

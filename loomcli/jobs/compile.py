@@ -48,6 +48,7 @@ class CompileRequest:
     target: str = ""                            # "family:selector"; "" only for module formats
     format: str = "loom-bytecode"               # a TARGET_FORMATS or MODULE_FORMATS entry
     roots: tuple[str, ...] = ()                 # "@sym"; empty: every exported kernel
+    linked: bool = False                        # the module is already the linked closure of its roots
     config: tuple[tuple[str, str], ...] = ()    # (key, value text) bindings, flag level
     pipeline: str = "default"
     require_resolved_config: bool = False
@@ -171,19 +172,22 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     with gc_paused():
         pipeline = parse_pipeline(request.pipeline)
         module = load_bytes(request.module, request.path, verify=False)
-        index = LinkIndex((input_from_module(module, os.path.splitext(os.path.basename(module.path))[0] or "m"),))
-        roots = list(request.roots) or default_roots(index)
-        linked = link(index, roots, "link" if roots else "merge", path=module.path)
+        origins: dict[str, str] = {}
+        if not request.linked:
+            index = LinkIndex((input_from_module(module, os.path.splitext(os.path.basename(module.path))[0] or "m"),))
+            roots = list(request.roots) or default_roots(index)
+            result = link(index, roots, "link" if roots else "merge", path=module.path)
+            module, origins = result.module, result.origins
         collector = BindingCollector()
         collector.add_flags(f"{k}={v}" for k, v in request.config)
-        collector.add_module_defs(linked.module)
+        collector.add_module_defs(module)
         if collector.diags:
             raise CompileError(collector.diags)
         bindings = collector.result()
-        warnings = bind_module(linked.module, bindings, request.require_resolved_config, origins=linked.origins)
+        warnings = bind_module(module, bindings, request.require_resolved_config, origins=origins)
         if any(d.severity == "error" for d in warnings):
             raise CompileError(warnings)
-        front = FrontEnd(linked.module, bindings, pipeline, warnings, [])
+        front = FrontEnd(module, bindings, pipeline, warnings, [])
         compiled = specialize(front, profile)
     selections = tuple(d.describe() for d in compiled.decisions)
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
