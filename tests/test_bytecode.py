@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomcli.bytecode import SymbolEntry, read_module, read_symbol_table, write_module
-from loomcli.bytecode.reader import decode_module
 from loomcli.bytecode import layout as L
 from loomcli.bytecode import reader as reader_mod
+from loomcli.bytecode.reader import decode_module
 from loomcli.diagnostics import CompileError
 from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signature, Value
