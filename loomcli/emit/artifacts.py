@@ -57,7 +57,7 @@ def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
 
 
 def launch_config(module: Module, profile: Profile) -> bytes:
-    from loomcli.launch import build_launch_config
+    from loomcli.emit.launch_config import build_launch_config
 
     return build_launch_config(module, profile)
 

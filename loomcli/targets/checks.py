@@ -17,7 +17,7 @@ once its profile is chosen:
 * TARGET/006: push constants (spirv) above `max_push_constant_bytes`.
 
 Sizes "fold" as LANGUAGE.md 17.15 says: the launch-config region is run on
-constants with the workload unknown (`loomcli.launch.interpret`).
+constants with the workload unknown (`loomcli.semantics.launch`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
 from loomcli.ir.types import ELEMENT_BYTES, F16, F64, I64, ScalarType, ShapedType, Type
-from loomcli.passes.evaluate import Evaluator
+from loomcli.semantics.evaluate import Evaluator
 from loomcli.targets.profiles import Profile
 from loomcli.targets.records import pinned_record, record_profile
 
@@ -52,7 +52,7 @@ def check_kernel(module: Module, kernel: Operation, profile: Profile) -> list[Di
 def check_module(module: Module, profile: Profile | None) -> list[Diagnostic]:
     """`check_records` plus `check_kernel` for every exported kernel, sharing
     the work of looking symbols up (use this for many kernels)."""
-    from loomcli.emit.abi import exported_kernels
+    from loomcli.targets.abi import exported_kernels
     from loomcli.targets.records import check_records
 
     checks = ModuleChecks(module)
@@ -129,7 +129,7 @@ class _KernelChecker:
     # ------------------------------------------------------------ launch geometry
 
     def check_geometry(self) -> None:
-        from loomcli.launch.interpret import fold_launch_config
+        from loomcli.semantics.launch import fold_launch_config
 
         config = self.kernel.regions[0].terminator
         if config is None or config.name != "kernel.launch.config":
@@ -153,7 +153,7 @@ class _KernelChecker:
     # ------------------------------------------------------------ storage and ABI
 
     def check_storage(self) -> None:
-        from loomcli.emit.abi import workgroup_storage_bytes
+        from loomcli.targets.abi import workgroup_storage_bytes
 
         p = self.profile
         try:
@@ -166,7 +166,7 @@ class _KernelChecker:
 
     def _storage_loc(self) -> tuple[int, int]:
         """The first workgroup alloca that crosses the limit, else the kernel."""
-        from loomcli.passes.fold import align_up, constant_of
+        from loomcli.semantics.fold import align_up, constant_of
 
         offset = 0
         for op in self.kernel.regions[1].ops:
@@ -177,7 +177,7 @@ class _KernelChecker:
         return self.kernel.loc
 
     def check_push_constants(self) -> None:
-        from loomcli.emit.abi import kernel_abi
+        from loomcli.targets.abi import kernel_abi
 
         limit = self.profile.max_push_constant_bytes
         if self.profile.family != "spirv" or limit is None:

@@ -1,6 +1,6 @@
 """Manifest facts of an AMDGPU artifact (TOOLCHAIN.md section 8).
 
-Parameters come from the device ABI (`loomcli.emit.abi`); everything LLVM
+Parameters come from the device ABI (`loomcli.targets.abi`); everything LLVM
 decides (hidden arguments, kernarg segment, registers, spills, LDS) comes
 from the code object's `NT_AMDGPU_METADATA` note. Facts an artifact does not
 carry (assembly and LLVM IR have no code object) are omitted.

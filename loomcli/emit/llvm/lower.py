@@ -52,7 +52,7 @@ from loomcli.ir.types import (
     is_vector,
     is_view,
 )
-from loomcli.passes.fold import NOT_CONSTANT, canonical, constant_of, float_bits, pattern, round_float, signed
+from loomcli.semantics.fold import NOT_CONSTANT, canonical, constant_of, float_bits, pattern, round_float, signed
 
 FLOAT_TYPES = {F16: "half", BF16: "float", F32: "float", F64: "double"}
 MEMORY_TYPES = {"i1": "i8", "bf16": "i16"}

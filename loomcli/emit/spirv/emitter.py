@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import Artifact
-from loomcli.emit.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
-from loomcli.emit.abi import workgroup_storage_bytes as storage_bytes
 from loomcli.emit.spirv.builder import Builder
 from loomcli.emit.spirv.lower import BufferValue, Lowerer
 from loomcli.emit.spirv.memory import Facts, Root, RootAnalysis, SpecKey, decide_storage, sorted_roots
@@ -22,6 +20,8 @@ from loomcli.emit.spirv.spec import EXEC_LOCAL_SIZE, GLCOMPUTE, SC, BuiltIn, Dec
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, F64, I1, I64, ScalarType, is_view
+from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
+from loomcli.targets.abi import workgroup_storage_bytes as storage_bytes
 
 if TYPE_CHECKING:
     from loomcli.targets.profiles import Profile
@@ -81,7 +81,7 @@ class SpirvEmitter:
         """The facts emission relies on, checked again here so `emit_spirv` is
         safe on its own (`loomcli.emit.artifacts.emit` runs the shared TARGET
         checks of `loomcli.targets.checks` first)."""
-        from loomcli.passes.fold import constant_of
+        from loomcli.semantics.fold import constant_of
 
         sym = kernel.attrs["sym"]
         config = kernel.regions[0].ops[-1]
@@ -372,7 +372,7 @@ def _folded_size(module: Module, kernel: Operation, profile: Profile) -> tuple[i
     """The workgroup size by running the launch configuration on constants
     (for modules whose passes left the size unfolded in the IR)."""
     try:
-        from loomcli.launch.interpret import fold_launch_config
+        from loomcli.semantics.launch import fold_launch_config
     except ImportError:  # pragma: no cover
         return None
     size = fold_launch_config(module, kernel, profile.subgroup_size).values.get("workgroup_size")

@@ -46,7 +46,7 @@ def launch_module(module: Module, profile: Profile | None) -> Module:
     """The artifact as a module (keeps locations, for in-memory use).
     `profile` is the `--target` profile; a module compiled for a target
     records it and needs none. Raises CompileError."""
-    from loomcli.emit.abi import exported_kernels, workgroup_storage_bytes
+    from loomcli.targets.abi import exported_kernels, workgroup_storage_bytes
     from loomcli.targets.checks import ModuleChecks
     from loomcli.targets.records import check_records
 
@@ -103,9 +103,9 @@ def _compiled_profile(module: Module) -> Profile | None:
 
 
 def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> list[Diagnostic]:
-    from loomcli.launch.interpret import field_uses, fold_launch_config
-    from loomcli.passes.evaluate import UndefinedBehavior
-    from loomcli.passes.fold import FOLDERS
+    from loomcli.semantics.evaluate import UndefinedBehavior
+    from loomcli.semantics.fold import FOLDERS
+    from loomcli.semantics.launch import field_uses, fold_launch_config
     from loomcli.targets.checks import reachable_ops
 
     module, symbols = checks.module, checks.symbols
