@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from loomcli.emit import abi
 from loomcli.emit.amdgpu import codegen, emit_amdgpu, lower
 from loomcli.emit.amdgpu import elf as E
 from loomcli.emit.amdgpu.manifest import code_object_metadata, kernel_metadata
@@ -34,6 +33,7 @@ from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.errors import LoomError
 from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.targets import abi
 from loomcli.targets.profiles import AMDGPU_CHIPS, parse_target
 
 ROOT = Path(__file__).resolve().parent.parent

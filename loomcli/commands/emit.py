@@ -40,7 +40,7 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
         raise UsageError(f"{compiled_path} was compiled for {recorded}, not {profile.name}")
     if recorded is None:
         # A target-independent module still needs final selection and the pipeline for this target.
-        from loomcli.link.config import ConfigBindings
+        from loomcli.passes.bind import ConfigBindings
         from loomcli.passes.pipeline import parse_pipeline
         from loomcli.pipeline import FrontEnd, specialize
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loomcli.emit import abi
 from loomcli.ir.core import Module, Operation
+from loomcli.targets import abi
 from loomcli.targets.profiles import Profile
 
 NT_AMDGPU_METADATA = 32
