@@ -50,12 +50,13 @@ class Program:
 
     @classmethod
     def build(cls, module: Module, profile: Profile, spirv: bytes,
-              manifest: Sequence[dict[str, Any]] = ()) -> Program:
+              manifest: Sequence[dict[str, Any]] = (), *, target_checked: bool = False) -> Program:
         """`module` compiled for `profile`; `spirv` and `manifest` (the artifact's
-        kernel entries) emitted from it. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
+        kernel entries) emitted from it; `target_checked`: emitted through the
+        gateway, which ran the TARGET checks. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
         from loomcli.emit.launch_config import launch_module
 
-        launches = LaunchProgram(launch_module(module, profile))
+        launches = LaunchProgram(launch_module(module, profile, target_checked=target_checked))
         by_export = {k.get("export"): k for k in manifest}
         kernels = {}
         for op in exported_kernels(module):

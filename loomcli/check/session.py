@@ -10,7 +10,7 @@ diagnostics to stderr), so it is callable without the command line;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from loomcli.errors import EXIT_ENV, LoomError, UsageError
 
@@ -159,8 +159,10 @@ class Session:
 
             f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path)
             return None
-        artifact = _emit_spirv(compiled.module, self.profile)
-        return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels)
+        from loomcli.emit.artifacts import emit
+
+        artifact = emit(compiled.module, self.profile, "spirv-binary")  # the gateway: TARGET checks run here
+        return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels, target_checked=True)
 
     def _report_sample(self, result: SampleResult) -> None:
         self._report(result.case, result.sample.label(), result.passed, result.diagnostics)
@@ -218,10 +220,3 @@ def _time(ns: float) -> str:
     if ns >= 1e3:
         return f"{ns / 1e3:.3g} us"
     return f"{ns:.3g} ns"
-
-
-def _emit_spirv(module: Module, profile: Profile) -> Any:
-    """SPIR-V through the one emission gateway (shared TARGET checks included)."""
-    from loomcli.emit.artifacts import emit
-
-    return emit(module, profile, "spirv-binary")

@@ -135,12 +135,13 @@ def _side_path(option: str | None, out_dir: str | None, stem: str, tag: str, suf
 
 def _outputs(compiled, kind: str, path: str, launch_file: str | None,
              manifest_file: str | None) -> list[tuple[str, bytes]]:
-    from loomcli.emit.artifacts import emit, launch_config, manifest
+    from loomcli.emit.artifacts import Emission, manifest
 
     if launch_file is not None and compiled.profile is None:
         raise UsageError("--emit-launch-config needs --target")
     out: list[tuple[str, bytes]] = []
     artifact = None
+    emission = Emission(compiled.module, compiled.profile)  # TARGET checks once, for both outputs
     if kind == "loom-bytecode":
         from loomcli.bytecode import write_module
 
@@ -150,10 +151,10 @@ def _outputs(compiled, kind: str, path: str, launch_file: str | None,
 
         out.append((path, print_module(compiled.module).encode()))
     else:
-        artifact = emit(compiled.module, compiled.profile, kind)
+        artifact = emission.artifact(kind)
         out.append((path, artifact.data))
     if launch_file is not None:
-        out.append((launch_file, launch_config(compiled.module, compiled.profile)))
+        out.append((launch_file, emission.launch_config()))
     if manifest_file is not None:
         if artifact is None:
             raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")

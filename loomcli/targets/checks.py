@@ -121,12 +121,19 @@ class _KernelChecker:
         self.diags.append(Diagnostic.make(code, self.module.path, loc, **fields))
 
     def run(self) -> None:
+        self.check_profile()
         self.check_geometry()
         self.check_storage()
         self.check_push_constants()
         self.check_body()
 
     # ------------------------------------------------------------ launch geometry
+
+    def check_profile(self) -> None:
+        """A required subgroup size needs SPIR-V 1.6 (VK_EXT_subgroup_size_control in core)."""
+        p = self.profile
+        if p.subgroup_size is not None and p.spirv_version is not None and p.spirv_version < (1, 6):
+            self.error("TARGET/001", self.kernel.loc, text=f"subgroup_size on {p.selector}")
 
     def check_geometry(self) -> None:
         from loomcli.semantics.launch import fold_launch_config
