@@ -20,10 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "loomcli"
 
 # Bottom to top; a package may import only itself and the ones before it.
+# An entry names a package or, where one package spans two layers, a module
+# (the longest matching entry wins).
 LAYERS = (
     "errors",       # LoomError, UsageError, exit codes, atomic_write
     "diagnostics",  # Diagnostic, CompileError, the catalogue of codes
-    "jobs",         # isolated workers and the task-sink contract
+    "cache",        # the content-addressed artifact cache
+    "jobs",         # workers, the pool, the jobserver client, the task-sink contract
     "ir",           # core, types, attrs, the op table and its format directives, verifier, builder
     "text",         # lexer, parser, printer
     "bytecode",     # reader, writer
@@ -36,6 +39,8 @@ LAYERS = (
     "pipeline",     # link + bind + specialize + passes as plain calls
     "emit",         # instruction selection per family, artifacts, launch-config building
     "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
+    "jobs.compile",  # the compile service: one request through pipeline and emission
+    "jobs.session",  # a build session: pool, cache and compile service together
     "driver",       # click glue: options, diagnostics printing, exit codes
     "commands",     # one module per command
     "cli",          # the lazy command registry
@@ -75,8 +80,12 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 def layer(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    """The `LAYERS` entry `module` belongs to ("" for the package itself)."""
+    parts = module.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in RANK:
+            return ".".join(parts[:n])
+    return parts[0] if parts else ""
 
 
 def imports_of(path: Path, root: Path = ROOT) -> list[Import]:
@@ -121,6 +130,11 @@ def wrong_way(imports: list[Import]) -> list[Import]:
         if RANK.get(dst, len(LAYERS)) > RANK[src]:
             bad.append(i)
     return bad
+
+
+def test_module_layers() -> None:
+    assert [layer(m) for m in ("loomcli.jobs.compile", "loomcli.jobs.pool", "loomcli.ir.core", "loomcli")] == [
+        "jobs.compile", "jobs", "ir", ""]
 
 
 def test_every_package_has_a_layer() -> None:
