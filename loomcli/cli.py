@@ -16,6 +16,7 @@ from loomcli import __version__
 
 # name -> "module:function"; the module is imported only when the command runs.
 COMMANDS: dict[str, str] = {
+    "cache": "loomcli.commands.cache:cache",
     "compile": "loomcli.commands.compile:compile",
     "emit": "loomcli.commands.emit:emit",
     "fmt": "loomcli.commands.fmt:fmt",
@@ -50,6 +51,7 @@ class LazyGroup(click.Group):
 
 
 SUMMARIES = {
+    "cache": "Inspect or trim the compile cache (stats, clear, prune, path).",
     "compile": "Compile a module: link, bind config, select templates, run passes, emit.",
     "emit": "Emit a target artifact (.hsaco, .spv, .ll, .s) from a compiled module.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",
