@@ -280,6 +280,8 @@ def cache_key(request: CompileRequest) -> str:
 
     header = request.header()
     del header["path"]
+    if not request.manifest:  # the names only appear in the manifest
+        del header["artifact_name"], header["launch_config_name"]
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
         "llvm": llvm_version() if request.target.startswith("amdgpu") or request.target.startswith("gfx") else "",
