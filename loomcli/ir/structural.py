@@ -24,6 +24,7 @@ from typing import Any
 from loomcli.ir import format as F
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, OpResult, Region, Signature, Value
+from loomcli.ir.ops import OPS, OpDef
 from loomcli.ir.types import ELEMENT_TYPES, SCALAR_TYPES, SHAPED_KINDS, ScalarType, ShapedType, Type
 
 # The lexer's spellings (loomcli/text/lexer.py): a name that does not match
@@ -37,6 +38,7 @@ _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
 _SCALARS = frozenset(SCALAR_TYPES.values())
 # Attributes the parser sets besides those its directives own.
 _EXTRA_ATTRS = frozenset({"written_nworkload"})
+_MISSING = object()
 
 
 class StructureError(Exception):
@@ -189,12 +191,11 @@ class _OpCheck:
     """Walks an op's format directives in order, as the parser would, tracking
     which attributes and operands they account for."""
 
-    __slots__ = ("attrs", "op", "outer", "pos", "region_scopes", "results", "sig_scopes")
+    __slots__ = ("op", "outer", "pos", "region_scopes", "results", "sig_scopes")
 
     def __init__(self, op: Operation, outer: _Scope) -> None:
         self.op = op
         self.outer = outer
-        self.attrs: set[str] = set(_EXTRA_ATTRS)
         self.pos = 0              # operands accounted for so far
         self.results: int | None = None  # expected result count; None: any
         self.region_scopes: dict[int, _Scope] = {}
@@ -204,10 +205,10 @@ class _OpCheck:
         _fail(self.op, why)
 
     def need(self, attr: str) -> Any:
-        self.attrs.add(attr)
-        if attr not in self.op.attrs:
+        value = self.op.attrs.get(attr, _MISSING)
+        if value is _MISSING:
             self.fail(f"missing attribute `{attr}`")
-        return self.op.attrs[attr]
+        return value
 
     def take(self, n: int) -> None:
         """The next `n` operands belong to the current directive."""
@@ -247,7 +248,7 @@ class _OpCheck:
             self.fail(f"expected {self.pos} operands, found {len(op.operands)}")
         if self.results is not None and self.results != len(op.results):
             self.fail(f"expected {self.results} results, found {len(op.results)}")
-        extra = set(op.attrs) - self.attrs
+        extra = op.attrs.keys() - _OWNED[op.opdef.name]
         if extra:
             self.fail(f"unexpected attribute `{sorted(extra)[0]}`")
         if op.written_types is not None:
@@ -273,7 +274,6 @@ def check_comment(comment: Any) -> None:
 
 def _kind(c: _OpCheck, d: F.Kind) -> None:
     if d.attr not in c.op.attrs and d.optional:  # flags built in code may be left out
-        c.attrs.add(d.attr)
         return
     value = c.need(d.attr)
     if d.flags:
@@ -332,7 +332,6 @@ def _kw_paren(c: _OpCheck, d: F.KwParen) -> None:
         c.take(1)
         return
     if d.optional and attr not in op.attrs:
-        c.attrs.add(attr)
         return
     value = c.need(attr)
     if inner == "int":
@@ -485,7 +484,6 @@ def _region(c: _OpCheck, d: F.Region) -> None:
 
 
 def _else(c: _OpCheck, d: F.Else) -> None:
-    c.attrs.add("else")
     if type(c.op.attrs.get("else", False)) is not bool:
         c.fail("malformed `else`")
     _region(c, F.Region(1))
@@ -535,7 +533,6 @@ _MODIFIER_ATTRS = {
 def _modifiers(c: _OpCheck, d: F.Modifiers) -> None:
     op, a = c.op, c.op.attrs
     owned = {_MODIFIER_ATTRS[w] for w in d.allowed}
-    c.attrs.update(owned)
     for word in ("public", "retain", "pure"):
         if word in a and (word not in owned or a[word] is not True):
             c.fail(f"malformed `{word}`")
@@ -571,7 +568,6 @@ def _sig_args(c: _OpCheck, d: F.SigArgs) -> None:
             for x in op.opdef.format:
                 if isinstance(x, F.SigArgs) and x.region == d.region:
                     other = op.attrs.get(x.attr)
-                    c.attrs.add(x.attr)
                     if type(other) is not Signature or type(other.args) is not list:
                         c.fail(f"`{x.attr}` is not a signature")
                     declared.extend(other.args)
@@ -602,7 +598,6 @@ def _where(c: _OpCheck, d: F.Where) -> None:
 def _config_decl_type(c: _OpCheck, d: F.ConfigDeclType) -> None:
     op = c.op
     t = c.need("type")
-    c.attrs.add("sig")
     sig = op.attrs.get("sig")
     if sig is None:
         check_type(op, t, c.outer)
@@ -643,6 +638,31 @@ _DIRECTIVES: dict[type, Callable[[_OpCheck, Any], None]] = {
     F.Do: _do, F.Modifiers: _modifiers, F.SigArgs: _sig_args, F.SigResults: _sig_results, F.Where: _where,
     F.ConfigDeclType: _config_decl_type, F.SymbolList: _symbol_list, F.StringAttr: _string_attr,
 }
+
+
+def _owned(opdef: OpDef) -> frozenset[str]:
+    """The attributes an op's directives read and write: any other is refused."""
+    owned = set(_EXTRA_ATTRS)
+    for d in opdef.format:
+        if isinstance(d, (F.Kind, F.SymKind, F.SymName, F.Literal, F.Dict, F.SigArgs, F.StringAttr)) or (
+                isinstance(d, F.KwParen) and d.inner != "operand"):
+            owned.add(d.attr)
+        elif isinstance(d, F.Operands) and d.segment:
+            owned.add(d.segment)
+        elif isinstance(d, F.Modifiers):
+            owned.update(_MODIFIER_ATTRS[w] for w in d.allowed)
+        else:
+            owned.update(_DIRECTIVE_ATTRS.get(type(d), ()))
+    return frozenset(owned)
+
+
+_DIRECTIVE_ATTRS: dict[type, tuple[str, ...]] = {
+    F.Predicate: ("predicate",), F.Indexed: ("indices",), F.Preds: ("preds",), F.Callee: ("callee", "nworkload"),
+    F.Pack: ("aligns",), F.TypeAttr: ("type",), F.Else: ("else",), F.ConfigDeclType: ("type", "sig"),
+    F.SymbolList: ("symbols",),
+}
+# Derived once from the op table (which never changes after import).
+_OWNED = {name: _owned(opdef) for name, opdef in OPS.items()}
 
 
 # ---------------------------------------------------------------- regions and modules
