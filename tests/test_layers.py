@@ -24,6 +24,7 @@ PACKAGE = ROOT / "loomcli"
 # (the longest matching entry wins).
 LAYERS = (
     "errors",       # LoomError, UsageError, exit codes, atomic_write
+    "files",        # reading inputs (size limit, stdin), publishing outputs all or nothing
     "diagnostics",  # Diagnostic, CompileError, the catalogue of codes
     "cache",        # the content-addressed artifact cache
     "jobs",         # workers, the pool, the jobserver client, the task-sink contract

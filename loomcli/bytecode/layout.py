@@ -6,6 +6,8 @@ part of format version `VERSION` and may only change together with it.
 
 from __future__ import annotations
 
+from loomcli.ir.core import MAX_DEPTH as IR_MAX_DEPTH
+
 MAGIC = b"LOOMBC\x00"
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
@@ -61,7 +63,7 @@ P_INT = 1
 P_NEGINT = 2
 
 # Limits.
-MAX_DEPTH = 256               # op nesting plus attribute nesting
+MAX_DEPTH = IR_MAX_DEPTH      # op nesting plus attribute nesting (text is held to it too)
 INT_MIN = -(1 << 63)
 INT_MAX = (1 << 64) - 1
 MAX_VARINT_BYTES = 10

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 Loc = tuple[int, int]  # (line, column), both 1-based; (0, 0) when unknown
 
+# Op nesting plus attribute nesting a module may have: bytecode stores at most
+# this much, and the parser refuses deeper text so every module can be written.
+MAX_DEPTH = 256
+
 
 class Value:
     """An SSA value. `uses` lists (operation, operand index) pairs."""

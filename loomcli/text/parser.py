@@ -13,10 +13,9 @@ import json
 import re
 from typing import Any
 
-from loomcli.bytecode.layout import MAX_DEPTH
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
-from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Value
+from loomcli.ir.core import MAX_DEPTH, BlockArgument, LocalName, Module, Operation, Region, Value
 from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
