@@ -145,12 +145,7 @@ class CompileOutcome:
 def compile_request(request: CompileRequest) -> CompileOutcome:
     """Link the request's roots, bind its config, specialize for its target,
     run its pipeline and produce the artifacts, in this process."""
-    try:
-        return _compile(request)
-    except CompileError as e:
-        return CompileOutcome("failed", diagnostics=tuple(e.diagnostics))
-    except LoomError as e:
-        return CompileOutcome("error", message=str(e), exit_code=e.exit_code)
+    return outcome_or_failure(lambda: _compile(request))
 
 
 def _compile(request: CompileRequest) -> CompileOutcome:
@@ -160,7 +155,7 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.link.index import LinkIndex, input_from_module
     from loomcli.link.linker import link
     from loomcli.passes.pipeline import parse_pipeline
-    from loomcli.pipeline import FrontEnd, default_roots, specialize
+    from loomcli.pipeline import FrontEnd, default_roots
     from loomcli.targets.profiles import parse_target
 
     if request.format not in TARGET_FORMATS + MODULE_FORMATS:
@@ -188,16 +183,28 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         if any(d.severity == "error" for d in warnings):
             raise CompileError(warnings)
         front = FrontEnd(module, bindings, pipeline, warnings, [])
-        compiled = specialize(front, profile)
+    return outcome_for(front, profile, request.format, request.launch_config, request.manifest,
+                       request.artifact_name, request.launch_config_name)
+
+
+def outcome_for(front: Any, profile: Any, fmt: str, launch_config: bool = False, manifest: bool = False,
+                artifact_name: str = "", launch_config_name: str = "") -> CompileOutcome:
+    """The back half shared by every producer: specialize a front end's
+    module for `profile`, run its pipeline, emit `fmt` and the side artifacts.
+    Raises CompileError / LoomError (`compile_request` and callers turn them
+    into outcomes)."""
+    from loomcli.pipeline import specialize
+
+    compiled = specialize(front, profile)
     selections = tuple(d.describe() for d in compiled.decisions)
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
     artifact = None
     extra: dict[str, Any] = {}
-    if request.format == "loom-bytecode":
+    if fmt == "loom-bytecode":
         from loomcli.bytecode import write_module
 
         artifact_bytes = write_module(compiled.module, keep_debug=False)
-    elif request.format == "loom-text":
+    elif fmt == "loom-text":
         from loomcli.text.printer import print_module
 
         artifact_bytes = print_module(compiled.module).encode()
@@ -205,22 +212,32 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         from loomcli.emit.artifacts import emit
 
         assert profile is not None
-        artifact = emit(compiled.module, profile, request.format)
+        artifact = emit(compiled.module, profile, fmt)
         artifact_bytes = artifact.data
         extra["exports"] = [k.get("export") for k in artifact.kernels if k.get("export") is not None]
-    if request.launch_config:
-        from loomcli.emit.artifacts import launch_config
+    if launch_config:
+        from loomcli.emit.artifacts import launch_config as build_launch_config
 
         assert profile is not None
-        launch_bytes = launch_config(compiled.module, profile)
-    if request.manifest:
-        from loomcli.emit.artifacts import manifest
+        launch_bytes = build_launch_config(compiled.module, profile)
+    if manifest:
+        from loomcli.emit.artifacts import manifest as build_manifest
 
         if artifact is None:
             raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)", 2)
-        manifest_bytes = manifest(artifact, request.artifact_name, request.launch_config_name or None)
+        manifest_bytes = build_manifest(artifact, artifact_name, launch_config_name or None)
     return CompileOutcome("ok", artifact_bytes, launch_bytes, manifest_bytes, tuple(compiled.warnings), selections,
                           extra=extra)
+
+
+def outcome_or_failure(make: Any) -> CompileOutcome:
+    """`make()` as an outcome: input errors become `failed`, driver errors `error`."""
+    try:
+        return make()
+    except CompileError as e:
+        return CompileOutcome("failed", diagnostics=tuple(e.diagnostics))
+    except LoomError as e:
+        return CompileOutcome("error", message=str(e), exit_code=e.exit_code)
 
 
 def compile_task(header: dict[str, Any], payload: bytes, context: WorkerContext) -> bytes:
@@ -229,10 +246,19 @@ def compile_task(header: dict[str, Any], payload: bytes, context: WorkerContext)
 
 
 def warm() -> None:
-    """Worker start-up: build the prepared state (pipeline, passes, emitters) before the first task."""
+    """Worker start-up: import and prepare what every task uses (parser,
+    verifier, linker, pass programs, emitters, launch configs) before the
+    first task arrives."""
+    import loomcli.emit.amdgpu
     import loomcli.emit.artifacts
+    import loomcli.emit.llvm.lower
+    import loomcli.emit.spirv
+    import loomcli.ir.verifier
+    import loomcli.launch
+    import loomcli.link.linker
     import loomcli.passes.pipeline
     import loomcli.pipeline
+    import loomcli.text.parser
 
     loomcli.passes.pipeline.parse_pipeline("default")
 
