@@ -57,9 +57,9 @@ def front_end(header: dict[str, Any], sources: list[bytes], libraries: list[byte
     """Parse, verify, link and bind one kernel set: a `FrontEnd`."""
     from loomcli.frontend import load_bytes
     from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.config import bind_module
     from loomcli.link.index import LinkIndex, input_from_module
     from loomcli.link.linker import link
+    from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
     from loomcli.pipeline import FrontEnd, LinkOptions, collect_bindings, default_roots
 

@@ -151,9 +151,10 @@ def compile_request(request: CompileRequest) -> CompileOutcome:
 def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.frontend import load_bytes
     from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.config import BindingCollector, bind_module
+    from loomcli.link.config import BindingCollector
     from loomcli.link.index import LinkIndex, input_from_module
     from loomcli.link.linker import link
+    from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
     from loomcli.pipeline import FrontEnd, default_roots
     from loomcli.targets.profiles import parse_target
@@ -200,6 +201,11 @@ def outcome_for(front: Any, profile: Any, fmt: str, launch_config: bool = False,
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
     artifact = None
     extra: dict[str, Any] = {}
+    emission = None
+    if profile is not None:
+        from loomcli.emit.artifacts import Emission
+
+        emission = Emission(compiled.module, profile)  # TARGET checks once, for every output
     if fmt == "loom-bytecode":
         from loomcli.bytecode import write_module
 
@@ -209,17 +215,13 @@ def outcome_for(front: Any, profile: Any, fmt: str, launch_config: bool = False,
 
         artifact_bytes = print_module(compiled.module).encode()
     else:
-        from loomcli.emit.artifacts import emit
-
-        assert profile is not None
-        artifact = emit(compiled.module, profile, fmt)
+        assert emission is not None
+        artifact = emission.artifact(fmt)
         artifact_bytes = artifact.data
         extra["exports"] = [k.get("export") for k in artifact.kernels if k.get("export") is not None]
     if launch_config:
-        from loomcli.emit.artifacts import launch_config as build_launch_config
-
-        assert profile is not None
-        launch_bytes = build_launch_config(compiled.module, profile)
+        assert emission is not None
+        launch_bytes = emission.launch_config()
     if manifest:
         from loomcli.emit.artifacts import manifest as build_manifest
 
