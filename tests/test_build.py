@@ -241,3 +241,24 @@ def test_loom_toml_errors_name_file_line_and_key(tmp_path: Path, capsys: pytest.
 def test_a_missing_project_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run("build", str(tmp_path)) == 2
     assert "loom.toml: no such file" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_is_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("LOOM_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    project = make_project(tmp_path / "p", sets=2)
+    assert run("build", str(project), "--progress", "none") == 0
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "is not writable" in err
+    assert len(list((project / "build" / "loom" / "spirv-vulkan1.3").glob("*.spv"))) == 2
+
+
+def test_a_broken_library_fails_the_sets_that_use_it_once(tmp_path: Path, fresh_cache: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    project = make_project(tmp_path / "p", sets=4)
+    (project / "lib" / "square.loom").write_text(BROKEN)
+    assert run("build", str(project), "--progress", "plain", "--keep-going") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("square.loom:3:2: error [PARSE/003]") == 1
+    assert captured.out.count("failed set") == 2 and captured.out.count("compiled set") == 2

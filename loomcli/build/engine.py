@@ -35,7 +35,7 @@ from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
 from loomcli.build.tasks import decode_reply
 from loomcli.diagnostics import Diagnostic
 from loomcli.errors import LoomError, atomic_write
-from loomcli.jobs.compile import CompileOutcome
+from loomcli.jobs.compile import CompileOutcome, outcome_or_failure
 from loomcli.jobs.pool import TaskEvent
 from loomcli.jobs.tasks import Task, TaskResult
 
@@ -175,7 +175,17 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
                 continue
             if not pending:
                 session.warm()  # workers start while the coordinator prepares the rest
-            header, payload = _task_input(project, ks, misses, libraries, sources)
+            try:
+                header, payload = _task_input(project, ks, misses, libraries, sources)
+            except _LibraryFailed as e:
+                if e.first:
+                    _report(e.outcome, f"[[library]] {e.name!r}", progress, diagnostics)
+                for item in misses:
+                    _failed(report, progress, item, 1 if e.outcome.status == "failed" else e.outcome.exit_code or 3)
+                if not options.keep_going:
+                    stop = True
+                    break
+                continue
             label = f"{ks.name} {','.join(i.target for i in misses)}"
             pending[session.sink.submit(Task(KERNEL_SET_TASK, header, payload, label))] = misses
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False)
@@ -349,6 +359,7 @@ class _Libraries:
         self.sources = sources
         self.inputs: dict[str, Any] = {}
         self.encoded: dict[str, tuple[str, str, bytes]] = {}
+        self.failed: dict[str, CompileOutcome] = {}
 
     def get(self, name: str) -> Any:
         if name not in self.inputs:
@@ -367,13 +378,32 @@ class _Libraries:
         return self.inputs[name]
 
     def bytecode(self, name: str) -> tuple[str, str, bytes]:
-        """(name, content digest, bytecode) of a library merged with the libraries it uses."""
+        """(name, content digest, bytecode) of a library merged with the
+        libraries it uses. A library that fails raises `_LibraryFailed`
+        (its diagnostics are reported once, however many sets use it)."""
+        if name in self.failed:
+            raise _LibraryFailed(name, self.failed[name], first=False)
         if name not in self.encoded:
             from loomcli.bytecode import write_module
 
-            data = write_module(self.get(name).module(), keep_debug=True)
-            self.encoded[name] = (name, hashlib.sha256(data).hexdigest(), data)
+            def merged() -> CompileOutcome:
+                data = write_module(self.get(name).module(), keep_debug=True)
+                self.encoded[name] = (name, hashlib.sha256(data).hexdigest(), data)
+                return CompileOutcome("ok")
+
+            outcome = outcome_or_failure(merged)
+            if not outcome.ok:
+                self.failed[name] = outcome
+                raise _LibraryFailed(name, outcome, first=True)
         return self.encoded[name]
+
+
+class _LibraryFailed(Exception):
+    def __init__(self, name: str, outcome: CompileOutcome, first: bool) -> None:
+        super().__init__(name)
+        self.name = name
+        self.outcome = outcome
+        self.first = first
 
 
 def _stem(rel: str) -> str:

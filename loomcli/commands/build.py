@@ -49,8 +49,8 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
                            trace=trace_path)
     try:
         report = run_build(project, options, progress, printer.emit, warn)
-    except BaseException:
-        progress.close("interrupted")
+    except BaseException as e:
+        progress.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
         raise
     for pending in report.pending:
         warn(f"{pending}: command programs are not built yet (needs the product frontier)")

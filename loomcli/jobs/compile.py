@@ -290,13 +290,18 @@ def compiler_fingerprint() -> str:
 
 @cache
 def llvm_version() -> str:
-    """The llvmlite (and so LLVM) version, without importing llvmlite."""
-    from importlib import metadata
+    """The llvmlite (and so LLVM) version, read from its `_version.py`
+    without importing llvmlite or `importlib.metadata` (both slow to load)."""
+    import importlib.util
 
-    try:
-        return metadata.version("llvmlite")
-    except metadata.PackageNotFoundError:
+    spec = importlib.util.find_spec("llvmlite")
+    if spec is None or spec.origin is None:
         return "none"
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        return "unknown"
 
 
 def cache_key(request: CompileRequest) -> str:
