@@ -26,21 +26,22 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
-from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
-from loomcli.build.tasks import decode_reply
-from loomcli.diagnostics import Diagnostic
 from loomcli.errors import LoomError, atomic_write
-from loomcli.jobs.compile import CompileOutcome, outcome_or_failure
-from loomcli.jobs.pool import TaskEvent
-from loomcli.jobs.tasks import Task, TaskResult
+
+if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
+    from concurrent.futures import Future
+
+    from loomcli.diagnostics import Diagnostic
+    from loomcli.jobs.compile import CompileOutcome
+    from loomcli.jobs.pool import TaskEvent
+    from loomcli.jobs.tasks import TaskResult
 
 STATE_FILE = ".loom-build.json"
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
 EXTENSIONS = {"amdgpu": ".hsaco", "spirv": ".spv"}
 FORMATS = {"amdgpu": "amdgpu-hsaco", "spirv": "spirv-binary"}
@@ -112,7 +113,6 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     """Build every kernel set of `project` for every target. Failures are
     reported through `diagnostics` and counted; the report's exit code says
     how the build ended (0, 1 input failed, 3 infrastructure)."""
-    from loomcli.jobs.session import compile_session
     from loomcli.targets.profiles import parse_target
 
     targets = [parse_target(t).name for t in (options.targets or project.targets)]
@@ -146,6 +146,10 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
             write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
         _finish(report, out_dir, new_state, items)
         return report
+    from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
+    from loomcli.jobs.session import compile_session
+    from loomcli.jobs.tasks import Task
+
     _clean_strays(out_dir)
     sets = list(dict.fromkeys(i.kernels for i in todo))
     with compile_session(options.jobs, len(sets), targets, no_cache=options.no_cache, warn=warn,
@@ -239,6 +243,11 @@ def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport,
              diagnostics: Callable[[list[Diagnostic]], None], cache: Any, state: dict[str, Any],
              options: BuildOptions, block: bool) -> bool:
     """Write what has completed; True when the build must stop."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    from loomcli.build.tasks import decode_reply
+    from loomcli.jobs.compile import CompileOutcome
+
     if not pending:
         return False
     done, _ = wait(list(pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
@@ -302,6 +311,8 @@ def _failed(report: BuildReport, progress: Progress, item: Item, code: int) -> N
 
 
 def _decode(data: bytes) -> CompileOutcome | None:
+    from loomcli.jobs.compile import CompileOutcome
+
     try:
         return CompileOutcome.decode(data)
     except (ValueError, KeyError, TypeError):
@@ -317,6 +328,33 @@ class _SourceReader:
     def __init__(self, project: Project) -> None:
         self.project = project
         self.data: dict[str, bytes] = {}
+        self.digests: dict[str, str] = {}
+
+    def set_digest(self, ks: KernelSet) -> str:
+        """Everything a set's outputs depend on but the target: its sources and
+        those of every library it uses, the project config, pipeline, roots,
+        name, loom's version and code, and LLVM's version."""
+        if ks.name not in self.digests:
+            from loomcli import __version__
+            from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
+
+            h = hashlib.sha256()
+
+            def part(*values: str | bytes) -> None:
+                for v in values:
+                    b = v.encode() if isinstance(v, str) else v
+                    h.update(len(b).to_bytes(8, "little") + b)
+
+            project = self.project
+            part(SOURCE_KEY_SCHEMA, __version__, compiler_fingerprint(), llvm_version(), project.pipeline,
+                 json.dumps(project.config, sort_keys=True, default=str), "\0".join(ks.roots), ks.name)
+            for rel in ks.srcs:
+                part("src", rel, self.read(rel))
+            for lib in library_closure(project, ks.libraries):
+                for rel in project.library(lib).srcs:
+                    part("lib", lib, rel, self.read(rel))
+            self.digests[ks.name] = h.hexdigest()
+        return self.digests[ks.name]
 
     def read(self, rel: str) -> bytes:
         if rel not in self.data:
@@ -331,24 +369,8 @@ class _SourceReader:
 
 
 def _source_key(project: Project, ks: KernelSet, target: str, sources: _SourceReader) -> str:
-    from loomcli import __version__
-    from loomcli.jobs.compile import compiler_fingerprint, llvm_version
-
-    h = hashlib.sha256()
-
-    def part(*values: str | bytes) -> None:
-        for v in values:
-            b = v.encode() if isinstance(v, str) else v
-            h.update(len(b).to_bytes(8, "little") + b)
-
-    part(SOURCE_KEY_SCHEMA, __version__, compiler_fingerprint(), llvm_version(), target, project.pipeline,
-         json.dumps(project.config, sort_keys=True, default=str), "\0".join(ks.roots), ks.name)
-    for rel in ks.srcs:
-        part("src", rel, sources.read(rel))
-    for lib in library_closure(project, ks.libraries):
-        for rel in project.library(lib).srcs:
-            part("lib", lib, rel, sources.read(rel))
-    return h.hexdigest()
+    """The item's content key: the set's digest (computed once) and the target."""
+    return hashlib.sha256(f"{sources.set_digest(ks)}\0{target}".encode()).hexdigest()
 
 
 class _Libraries:
@@ -385,6 +407,7 @@ class _Libraries:
             raise _LibraryFailed(name, self.failed[name], first=False)
         if name not in self.encoded:
             from loomcli.bytecode import write_module
+            from loomcli.jobs.compile import CompileOutcome, outcome_or_failure
 
             def merged() -> CompileOutcome:
                 data = write_module(self.get(name).module(), keep_debug=True)
@@ -431,8 +454,10 @@ def _write(item: Item, outcome: CompileOutcome) -> dict[str, Any]:
     blobs = {"artifact": outcome.artifact, "launch_config": outcome.launch_config, "manifest": outcome.manifest}
     files = {}
     for role, name in names.items():
-        atomic_write(os.path.join(item.folder, name), blobs[role])
-        files[name] = hashlib.sha256(blobs[role]).hexdigest()
+        path = os.path.join(item.folder, name)
+        atomic_write(path, blobs[role])
+        st = os.stat(path)
+        files[name] = [hashlib.sha256(blobs[role]).hexdigest(), st.st_size, st.st_mtime_ns]
     return {"key": item.key, "files": files}
 
 
@@ -448,18 +473,25 @@ def _load_state(out_dir: str) -> dict[str, Any]:
 
 
 def _up_to_date(item: Item, state: dict[str, Any]) -> bool:
+    """The state records this key and every output is still what was written:
+    the same size and mtime (as make and ninja trust), else the same sha256."""
     entry = state.get(_state_name(item))
     if not isinstance(entry, dict) or entry.get("key") != item.key:
         return False
     files = entry.get("files")
     if not isinstance(files, dict) or set(files) != set(item.files().values()):
         return False
-    for name, digest in files.items():
+    for name, recorded in files.items():
+        path = os.path.join(item.folder, name)
         try:
-            with open(os.path.join(item.folder, name), "rb") as f:
+            digest, size, mtime = recorded
+            st = os.stat(path)
+            if st.st_size == size and st.st_mtime_ns == mtime:
+                continue
+            with open(path, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != digest:
                     return False
-        except OSError:
+        except (OSError, ValueError, TypeError):
             return False
     return True
 

@@ -24,7 +24,6 @@ import struct
 import threading
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, fields
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
@@ -270,43 +269,10 @@ def warm() -> None:
 KEY_SCHEMA = "loom-compile-key-1"
 
 
-@cache
-def compiler_fingerprint() -> str:
-    """A hash of loom's own compiler code (every .py under loomcli/), so a
-    changed compiler never reuses an old entry."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
-                with open(path, "rb") as f:
-                    h.update(f.read())
-                h.update(b"\0")
-    return h.hexdigest()
-
-
-@cache
-def llvm_version() -> str:
-    """The llvmlite (and so LLVM) version, read from its `_version.py`
-    without importing llvmlite or `importlib.metadata` (both slow to load)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llvmlite")
-    if spec is None or spec.origin is None:
-        return "none"
-    try:
-        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()[:16]
-    except OSError:
-        return "unknown"
-
-
 def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
+    from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
     from loomcli.targets.profiles import parse_target
 
     header = request.header()
