@@ -15,10 +15,11 @@ import click
 from loomcli.driver import DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
-ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text",
+               "asm")
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
-              "spirv-binary": ".spv", "llvmir-text": ".ll", "asm": ".s"}
-BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
+              "spirv-binary": ".spv", "nvptx-ptx": ".ptx", "nvptx-cubin": ".cubin", "llvmir-text": ".ll", "asm": ".s"}
+BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -75,10 +76,12 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError(f"emitting {out_format} needs --target")
         if output == "-" and out_format in BINARY and click.get_text_stream("stdout").isatty():
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
-    kinds = {fmt or "amdgpu-hsaco"} if out_dir is not None else {out_format}
-    if any(p.family == "amdgpu" for p in profiles) and kinds & {"amdgpu-hsaco", "asm"}:
+    from loomcli.emit import LLVM_FAMILIES, NATIVE_FORMAT
+
+    kinds = {fmt or NATIVE_FORMAT[p.family] for p in profiles} if out_dir is not None else {out_format}
+    if any(p.family in LLVM_FAMILIES for p in profiles) and kinds & {"amdgpu-hsaco", "nvptx-ptx", "nvptx-cubin", "asm"}:
         # Start LLVM's worker now: it warms up while the front end runs.
-        from loomcli.emit.amdgpu import start_worker
+        from loomcli.emit.llvm.backend import start_worker
 
         start_worker()
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
@@ -100,7 +103,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
-            kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
+            kind = fmt or NATIVE_FORMAT[profile.family]
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
             assert output is not None

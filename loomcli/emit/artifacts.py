@@ -36,24 +36,17 @@ def check_targets(module: Module, profile: Profile) -> None:
 
 def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
     """Emit `module` (compiled for `profile`) in format `fmt`."""
+    from importlib import import_module
+
+    from loomcli.emit import EMITTERS
     from loomcli.errors import UsageError
 
-    family = FORMATS[fmt][0]
-    if family is not None and family != profile.family:
-        raise UsageError(f"format {fmt} is for {family} targets, not {profile.name}")
+    families = FORMATS[fmt][0]
+    if families is not None and profile.family not in families:
+        raise UsageError(f"format {fmt} is for {' and '.join(families)} targets, not {profile.name}")
     check_targets(module, profile)
-    if profile.family == "spirv":
-        from loomcli.emit.spirv import emit_spirv
-
-        artifact = emit_spirv(module, profile)
-        if fmt == "asm":
-            from loomcli.emit.spirv import disassemble
-
-            return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
-        return artifact
-    from loomcli.emit.amdgpu import emit_amdgpu
-
-    return emit_amdgpu(module, profile, fmt)
+    module_name, _, function = EMITTERS[profile.family].partition(":")
+    return getattr(import_module(module_name), function)(module, profile, fmt)
 
 
 def launch_config(module: Module, profile: Profile) -> bytes:

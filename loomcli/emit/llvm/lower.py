@@ -33,7 +33,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import abi
-from loomcli.emit.llvm.target import LLVMTarget
+from loomcli.emit.llvm.target import AtomicRMW, LLVMTarget
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.types import (
     BF16,
@@ -544,6 +544,10 @@ class FunctionLowering:
         else:
             lo, hi = 1, plan.max_flat_workgroup_size
         attrs = [a.format(flat_lo=lo, flat_hi=hi) for a in t.kernel_attributes] + list(t.function_attributes)
+        if size is not None:
+            attrs += [a.format(x=size[0], y=size[1], z=size[2]) for a in t.kernel_attributes_folded]
+        else:
+            attrs += [a.format(flat_hi=hi) for a in t.kernel_attributes_dynamic]
         group = self.mod.attributes(["nounwind", *attrs])
         md = ""
         if size is not None:
@@ -1455,6 +1459,14 @@ def _atomic(fl: FunctionLowering, op: Operation) -> None:
     md = "" if scope == "system" else "".join(f", !{k} {fl.mod.md('!{}')}" for k in fl.t.atomic_metadata)
     llty = fl.ty(elem)
     x = fl.val(op.operands[0])
+    if fl.t.select_atomic is not None:
+        spaces = {fl.t.space(name): name for name in ("generic", "workgroup", "global")}
+        request = AtomicRMW(op.attrs["kind"], llty, spaces.get(view.space, "generic"), fl.ptr_ty(view.space), scope,
+                            str(d["ordering"]))
+        selected = fl.t.select_atomic(request)
+        if selected is not None:
+            _result(fl, op, fl.snippet(selected, [ptr, x], _hint(op)))
+            return
     text = (f"atomicrmw {RMW[op.attrs['kind']]} {fl.ptr_ty(view.space)} {ptr}, {llty} {x}{sync} {ordering}, "
             f"align {ELEMENT_BYTES[elem]}{view.alias}{md}")
     _result(fl, op, fl.inst(text, _hint(op)))
