@@ -360,9 +360,12 @@ def test_nvptx_lowers_exactly_what_it_does_not_expand() -> None:
     assert ("exp2", "double") not in t.native_math and ("sqrt", "double") in t.native_math
 
 
-F32_MATH = [("expf", math.exp, lambda r: r.uniform(-87, 88)), ("logf", math.log, lambda r: math.exp(r.uniform(-87, 88))),
-            ("log2f", math.log2, lambda r: 2 ** r.uniform(-126, 127)), ("sinf", math.sin, lambda r: r.uniform(-1e4, 1e4)),
-            ("cosf", math.cos, lambda r: r.uniform(-1e4, 1e4)), ("tanhf", math.tanh, lambda r: r.uniform(-9, 9))]
+# f32 math NVPTX expands through the f64 expansions (tanh is TARGET/005 there for now).
+F32_MATH = [("expf", math.exp, lambda r: r.uniform(-87, 88)),
+            ("logf", math.log, lambda r: math.exp(r.uniform(-87, 88))),
+            ("log2f", math.log2, lambda r: 2 ** r.uniform(-126, 127)),
+            ("sinf", math.sin, lambda r: r.uniform(-1e4, 1e4)),
+            ("cosf", math.cos, lambda r: r.uniform(-1e4, 1e4))]
 
 
 @pytest.mark.parametrize(("op", "ref", "gen"), F32_MATH, ids=[m[0] for m in F32_MATH])
