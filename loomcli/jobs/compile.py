@@ -297,6 +297,8 @@ def cache_key(request: CompileRequest) -> str:
 
     header = request.header()
     del header["path"]
+    if not request.manifest:  # the names only appear in the manifest
+        del header["artifact_name"], header["launch_config_name"]
     profile = parse_target(request.target) if request.target else None
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
