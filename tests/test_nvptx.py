@@ -234,6 +234,8 @@ def test_dynamic_workgroup_size_reads_ntid_and_caps_maxntid() -> None:
 def test_reductions_use_shfl_sync_and_bar_sync() -> None:
     text = artifact(str(ROOT / "tests" / "amdgpu" / "collectives.loom")).data.decode()
     assert "shfl.sync.idx.b32" in text and "activemask.b32" in text and "bar.sync" in text
+    # 32-bit integer kinds are one redux.sync (sm_80+); f32, i64, f16... take the shuffles.
+    assert "redux.sync.max.s32" in text and "redux.sync.min.s32" in text and "redux.sync.add.s32" in text
 
 
 def test_f32_tanh_is_target_005_until_expand_math_covers_it() -> None:

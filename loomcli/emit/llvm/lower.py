@@ -1630,7 +1630,11 @@ def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
     The active lanes of a subgroup at a convergent point are a prefix
     0..n-1 (a short last subgroup has fewer), so lane L folds in lane L+k
     when L+k < n, for k = 1, 2, 4, ...: lane 0 ends with the total, which
-    is then broadcast. Any kind works and partial subgroups are exact."""
+    is then broadcast. Any kind works and partial subgroups are exact.
+    A target with a reduction instruction for (kind, type) uses it instead."""
+    native = fl.t.subgroup_reduce.get((kind, fl.ty(t)))
+    if native is not None:
+        return fl.snippet(native, [v], "reduced")
     lane = fl.resize(coordinate(fl, "subgroup.lane.id"), fl.t.index_bits, 32, signed=False)
     with fl.at_entry():
         n = fl.snippet(fl.t.active_lanes, [], "active")

@@ -83,6 +83,9 @@ class LLVMTarget:
     # `{z}`), and only when it does not (`{flat_hi}`).
     kernel_attributes_folded: tuple[str, ...] = ()
     kernel_attributes_dynamic: tuple[str, ...] = ()
+    # (Loom combining kind, LLVM type) -> a snippet reducing `%in0` over the
+    # active lanes into `%out` on every lane; other kinds take the shuffles.
+    subgroup_reduce: Mapping[tuple[str, str], Snippet] = field(default_factory=dict)
     # Where LLVM's own lowering of `atomicrmw` falls short of the language
     # (NVPTX in LLVM 22 drops orderings and scopes), the target selects.
     select_atomic: AtomicSelector | None = None

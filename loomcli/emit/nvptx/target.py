@@ -4,8 +4,9 @@ Everything the lowering needs to know about NVIDIA GPUs is in `llvm_target`:
 address spaces, the `ptx_kernel` convention with `.reqntid`/`.maxntid`,
 snippets for coordinates (the `%tid`, `%ctaid`, `%ntid`, `%nctaid` and
 `%laneid` special registers), barriers (`bar.sync`, `bar.warp.sync`) and
-lane shuffles (`shfl.sync` over the active mask), and the selector for
-atomics (`select_atomic`).
+lane shuffles (`shfl.sync` over the active mask) and 32-bit integer
+subgroup reductions (`redux.sync`), and the selector for atomics
+(`select_atomic`).
 
 Atomics are the one place where LLVM 22's NVPTX back end falls short of
 the language: it lowers `atomicrmw` to `atom` without `.sem` or `.scope`,
@@ -84,6 +85,15 @@ def select_atomic(a: AtomicRMW) -> tuple[str, ...] | None:
     return tuple(lines)
 
 
+# redux.sync (sm_80+): one instruction reduces a 32-bit integer over the lanes
+# of a member mask. Every NVPTX profile is sm_80 or newer.
+_REDUX = {"addi": "add", "minsi": "min", "maxsi": "max", "minui": "umin", "maxui": "umax", "andi": "and",
+          "ori": "or", "xori": "xor"}
+SUBGROUP_REDUCE = {(kind, "i32"): ("%m = call i32 @llvm.nvvm.activemask()",
+                                   f"%out = call i32 @llvm.nvvm.redux.sync.{op}(i32 %in0, i32 %m)")
+                   for kind, op in _REDUX.items()}
+
+
 def _coordinates() -> dict[str, tuple[str, ...]]:
     c: dict[str, tuple[str, ...]] = {}
     for axis in "xyz":
@@ -128,5 +138,6 @@ def llvm_target(profile: Profile) -> LLVMTarget:
                          "%out = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %in0, i32 %first, i32 31)"),
         active_lanes=(active, "%out = call i32 @llvm.ctpop.i32(i32 %m)"),
         native_math=NATIVE_MATH,
+        subgroup_reduce=SUBGROUP_REDUCE,
         select_atomic=select_atomic,
     )
