@@ -298,6 +298,27 @@ def test_out_dir_writes_ptx_for_nvptx_targets(tmp_path: Path) -> None:
     assert ".target sm_80" in (tmp_path / "saxpy.nvptx-sm_80.ptx").read_text()
 
 
+def test_loom_build_writes_ptx_for_an_nvptx_target(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import tarfile
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "samples" / "project", project)
+    toml = project / "loom.toml"
+    toml.write_text(toml.read_text().replace('targets = ["amdgpu:gfx1100", "spirv:vulkan1.3"]',
+                                             'targets = ["nvptx:sm_90"]'))
+    run = subprocess.run([sys.executable, "-m", "loomcli", "build", str(project), "--package", "-j1"],
+                         capture_output=True, text=True, env=dict(os.environ, LOOM_CACHE="0"))
+    assert run.returncode == 0, run.stderr
+    built = project / "build" / "loom" / "nvptx-sm_90"
+    assert sorted(p.name for p in built.glob("*.ptx")) == ["blas.ptx", "elementwise.ptx"]
+    [package] = (project / "dist").glob("*.loompkg.tar.gz")
+    with tarfile.open(package) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("nvptx-sm_90/blas.ptx") for n in names), names
+
+
 @pytest.mark.parametrize("ptxas_env", ["", "/nonexistent/ptxas"])
 def test_missing_ptxas_is_a_clear_exit_3(tmp_path: Path, ptxas_env: str) -> None:
     import os
