@@ -1583,6 +1583,9 @@ def _coordinate(fl: FunctionLowering, op: Operation) -> None:
 
 
 def barrier(fl: FunctionLowering, scope: str, ordering: str, control: str) -> None:
+    if scope == control and control in fl.t.ordering_barriers:  # the barrier is the fence
+        fl.snippet(fl.t.control_barrier[control], [])
+        return
     ss = fl.t.syncscope[scope]
     sync = f'syncscope("{ss}") ' if ss else ""
     if ordering in ("release", "acq_rel"):

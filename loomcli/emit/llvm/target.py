@@ -83,6 +83,9 @@ class LLVMTarget:
     # `{z}`), and only when it does not (`{flat_hi}`).
     kernel_attributes_folded: tuple[str, ...] = ()
     kernel_attributes_dynamic: tuple[str, ...] = ()
+    # Control barriers (by Loom scope) that also order memory at their own
+    # scope, as acquire and release would: no fences around them.
+    ordering_barriers: frozenset[str] = frozenset()
     # (Loom combining kind, LLVM type) -> a snippet reducing `%in0` over the
     # active lanes into `%out` on every lane; other kinds take the shuffles.
     subgroup_reduce: Mapping[tuple[str, str], Snippet] = field(default_factory=dict)

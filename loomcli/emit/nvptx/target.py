@@ -133,6 +133,10 @@ def llvm_target(profile: Profile) -> LLVMTarget:
         syncscope=SYNCSCOPE,
         control_barrier={"workgroup": ("call void @llvm.nvvm.barrier0()",),
                          "subgroup": (active, "call void @llvm.nvvm.bar.warp.sync(i32 %m)")},
+        # PTX: bar.sync makes the CTA's prior shared and global accesses visible
+        # to the CTA (CUDA's __syncthreads is bar.sync alone); bar.warp.sync
+        # does so among the warp's participating lanes.
+        ordering_barriers=frozenset({"workgroup", "subgroup"}),
         shuffle=(active, "%out = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %in0, i32 %in1, i32 31)"),
         broadcast_first=(active, "%first = call i32 @llvm.cttz.i32(i32 %m, i1 true)",
                          "%out = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %in0, i32 %first, i32 31)"),
