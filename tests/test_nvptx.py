@@ -238,6 +238,12 @@ def test_reductions_use_shfl_sync_and_bar_sync() -> None:
     assert "redux.sync.max.s32" in text and "redux.sync.min.s32" in text and "redux.sync.add.s32" in text
 
 
+def test_barriers_at_their_own_scope_need_no_fences() -> None:
+    """bar.sync orders the CTA's memory like __syncthreads; AMDGPU keeps its fences."""
+    text = artifact(str(ROOT / "samples" / "reduction.loom")).data.decode()
+    assert text.count("bar.sync") == 9 and "fence" not in text
+
+
 def test_f32_tanh_is_target_005_until_expand_math_covers_it() -> None:
     from loomcli.diagnostics import CompileError
 
