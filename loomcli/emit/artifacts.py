@@ -34,25 +34,52 @@ def check_targets(module: Module, profile: Profile) -> None:
         raise CompileError(diags)
 
 
+class Emission:
+    """What one compiled module becomes for one profile: artifacts in any
+    format and the launch-config artifact. The shared TARGET checks run once,
+    before the first output; emitters and the launch-config builder rely on
+    them and do not check again."""
+
+    def __init__(self, module: Module, profile: Profile) -> None:
+        self.module = module
+        self.profile = profile
+        self.checked = False
+
+    def _check(self) -> None:
+        if not self.checked:
+            check_targets(self.module, self.profile)
+            self.checked = True
+
+    def artifact(self, fmt: str) -> Artifact:
+        """The artifact in format `fmt`, from the family's emitter (`EMITTERS`). Raises CompileError, UsageError."""
+        from importlib import import_module
+
+        from loomcli.emit import EMITTERS
+        from loomcli.errors import UsageError
+
+        families = FORMATS[fmt][0]
+        if families is not None and self.profile.family not in families:
+            raise UsageError(f"format {fmt} is for {' and '.join(families)} targets, not {self.profile.name}")
+        self._check()
+        module_name, _, function = EMITTERS[self.profile.family].partition(":")
+        return getattr(import_module(module_name), function)(self.module, self.profile, fmt)
+
+    def launch_config(self) -> bytes:
+        """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""
+        from loomcli.emit.launch_config import build_launch_config
+
+        data = build_launch_config(self.module, self.profile, target_checked=self.checked)
+        self.checked = True
+        return data
+
+
 def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
     """Emit `module` (compiled for `profile`) in format `fmt`."""
-    from importlib import import_module
-
-    from loomcli.emit import EMITTERS
-    from loomcli.errors import UsageError
-
-    families = FORMATS[fmt][0]
-    if families is not None and profile.family not in families:
-        raise UsageError(f"format {fmt} is for {' and '.join(families)} targets, not {profile.name}")
-    check_targets(module, profile)
-    module_name, _, function = EMITTERS[profile.family].partition(":")
-    return getattr(import_module(module_name), function)(module, profile, fmt)
+    return Emission(module, profile).artifact(fmt)
 
 
 def launch_config(module: Module, profile: Profile) -> bytes:
-    from loomcli.launch import build_launch_config
-
-    return build_launch_config(module, profile)
+    return Emission(module, profile).launch_config()
 
 
 def manifest(artifact: Artifact, name: str, launch_config_name: str | None) -> bytes:

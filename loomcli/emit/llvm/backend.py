@@ -36,8 +36,8 @@ def lower(module: Module, profile: Profile, target: LLVMTarget, kernel_target: K
           ) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels for `profile`, the kernels, and
     each kernel's profile (by export name)."""
-    from loomcli.emit.abi import exported_kernels
     from loomcli.emit.llvm.lower import LoweringError, lower_module, plan_kernel
+    from loomcli.targets.abi import exported_kernels
 
     kernels = exported_kernels(module)
     plans = []

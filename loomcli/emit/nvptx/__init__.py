@@ -31,8 +31,8 @@ UNSUPPORTED = {"scalar.tanhf": ("f16", "bf16", "f32")}
 def check_supported(module: Module, profile: Profile) -> None:
     """TARGET/005 at the first op of each kernel that NVPTX cannot lower yet."""
     from loomcli.diagnostics import CompileError, Diagnostic
-    from loomcli.emit.abi import exported_kernels
-    from loomcli.passes.fold import NOT_CONSTANT, constant_of
+    from loomcli.semantics.fold import NOT_CONSTANT, constant_of
+    from loomcli.targets.abi import exported_kernels
     from loomcli.targets.checks import reachable_ops
 
     diags = []

@@ -1,6 +1,6 @@
 """Manifest facts of an NVPTX artifact (TOOLCHAIN.md section 8, docs/nvptx.md).
 
-Parameters come from the device ABI (`loomcli.emit.abi`): each is one
+Parameters come from the device ABI (`loomcli.targets.abi`): each is one
 `.param` of the entry, in order, at its natural alignment, which is exactly
 the slot rule, so `byte_offset` is the offset in the parameter space that
 `cuLaunchKernel`'s argument buffer (`CU_LAUNCH_PARAM_BUFFER_POINTER`)
@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from loomcli.emit import abi
 from loomcli.emit.nvptx.ptxas import KernelInfo
 from loomcli.ir.core import Module, Operation
+from loomcli.targets import abi
 from loomcli.targets.profiles import Profile
 
 _VERSION = re.compile(rb"^\.version (\d+\.\d+)", re.MULTILINE)
