@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
+from loomcli.emit import FORMATS as EMIT_FORMATS
+from loomcli.emit import NATIVE_FORMAT
 from loomcli.errors import LoomError, atomic_write
 
 if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
@@ -43,8 +45,8 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 2
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
-EXTENSIONS = {"amdgpu": ".hsaco", "spirv": ".spv"}
-FORMATS = {"amdgpu": "amdgpu-hsaco", "spirv": "spirv-binary"}
+FORMATS = dict(NATIVE_FORMAT)                                           # family -> the format a build writes
+EXTENSIONS = {family: EMIT_FORMATS[fmt][1] for family, fmt in FORMATS.items()}
 
 
 class Progress(Protocol):
