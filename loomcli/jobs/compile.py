@@ -22,9 +22,9 @@ import json
 import os
 import struct
 import threading
-from functools import cache
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
