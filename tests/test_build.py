@@ -175,9 +175,11 @@ def test_keep_going_reports_every_failure(tmp_path: Path, fresh_cache: Path,
     project = make_project(tmp_path / "p", sets=3)
     for s in (0, 2):
         (project / "k" / f"set{s}" / "k1.loom").write_text(BROKEN)
-    assert run("build", str(project), "--progress", "plain") == 1
+    # Without --keep-going the first failure stops the build (-j 1: nothing else was in flight).
+    assert run("build", str(project), "--progress", "plain", "-j", "1") == 1
     captured = capsys.readouterr()
     assert captured.err.count("error [") == 1 and "FAILED" in captured.out
+    assert "set1" not in captured.out
     assert run("build", str(project), "--progress", "plain", "--keep-going") == 1
     captured = capsys.readouterr()
     assert "set0/k1.loom:3:2: error [PARSE/003]" in captured.err and "set2/k1.loom:3:2:" in captured.err
