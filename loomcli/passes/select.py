@@ -21,12 +21,15 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM
+from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
 
 HOST_SITES = (K_CFG, PROGRAM, CASE, F_HOST)
 DEVICE_SITES = (K_BODY, F_DEV)
+
+# Symbols whose bodies selection walks.
+_SELECTED_IN = ("kernel.def", "func.def", "template.def", "command.program.def", "check.case")
 
 Folder = Callable[[Operation, list[Any]], "list[Any] | None"]
 
@@ -87,8 +90,33 @@ class Selector:
     # ------------------------------------------------------------ driver
 
     def run(self, site_constants: dict[Value, Any] | None = None) -> list[Decision]:
-        for op in list(self.module.ops):
+        """Select in every root (kernels count: each linked kernel is a
+        compile root or reached by one) and in every symbol a root reaches through
+        calls, launches and non-refuted providers (section 17.22's
+        reachability): a provider refuted here, such as one pinned to another
+        target, is never entered, so its body draws no diagnostics. Decisions
+        are listed in module order, each symbol's in pre-order."""
+        from loomcli.passes.dce import is_root, references
+
+        position = {op: k for k, op in enumerate(self.module.ops)}
+        pending = [op for op in self.module.ops
+                   if op.opdef.has(SYMBOL) and (is_root(op) or op.name == "kernel.def")]
+        seen = set(pending)
+        blocks: dict[Operation, list[Decision]] = {}
+        while pending:
+            op = pending.pop()
+            start = len(self.decisions)
             self.select_symbol(op, site_constants)
+            blocks[op] = self.decisions[start:]
+            reached = [self.symbols.get(name) for name in references(op)]
+            for decision in blocks[op]:
+                reached += [self.symbols.get(c.provider) for c in decision.candidates
+                            if c.status != REFUTED and decision.winner in (None, c.provider)]
+            for target in reached:
+                if target is not None and target not in seen and target.name in _SELECTED_IN:
+                    seen.add(target)
+                    pending.append(target)
+        self.decisions = [d for op in sorted(blocks, key=position.__getitem__) for d in blocks[op]]
         return self.decisions
 
     def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
@@ -124,8 +152,13 @@ class Selector:
 
     def _profile_of(self, op: Operation) -> Profile | None:
         """A pinned symbol uses its target record's profile (LANGUAGE.md 17.30)."""
-        if op.attrs.get("target") is None:
+        pinned = op.attrs.get("target")
+        if pinned is None:
             return self.profile
+        record = self.symbols.get(pinned)
+        if (op.name != "kernel.def" and self.profile is not None and record is not None
+                and self.profile.matches_record(record.attrs.get("kind", ""))):
+            return self.profile  # a provider or function a generic chip covers runs on the root's chip (17.18)
         from loomcli.targets.checks import profile_for
 
         try:
