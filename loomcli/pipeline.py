@@ -126,6 +126,9 @@ class CompileOptions:
     profile: Profile | None = None
     require_resolved_config: bool = False
     project_config: Mapping[str, Any] | None = None
+    # The result is emitted, interpreted or evaluated: every reachable
+    # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
+    for_execution: bool = False
 
 
 @dataclass
@@ -163,7 +166,7 @@ def compile_module(options: CompileOptions) -> Compiled:
     kernels). The garbage of one compile is collected after it.
     """
     with gc_paused():
-        return specialize(front_end(options), options.profile)
+        return specialize(front_end(options), options.profile, options.for_execution)
 
 
 def front_end(options: CompileOptions) -> FrontEnd:
@@ -186,10 +189,12 @@ def front_end(options: CompileOptions) -> FrontEnd:
         return FrontEnd(result.module, bindings, pipeline, warnings, files)
 
 
-def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
+def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = False) -> Compiled:
     """Select templates for `profile` (final with a target, early without)
     and run the pipeline, on a clone of the front end's module. A module
-    compiled for a target records it (a target record named @loom.compiled_for)."""
+    compiled for a target records it (a target record named @loom.compiled_for).
+    `for_execution`: the result will be emitted or run, so a reachable unbound
+    `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
     from loomcli.ir.clone import clone_op
     from loomcli.passes.pipeline import run_passes
     from loomcli.passes.select import select_templates
@@ -198,7 +203,8 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
         module = Module(front.module.path)
         for op in front.module.ops:
             module.body.append(clone_op(op))
-        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early")
+        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early",
+                                            require_resolved=for_execution)
         if has_errors(diags):
             raise CompileError(diags)
         if profile is not None:

@@ -987,7 +987,8 @@ def build_launcher(path: str, module_roots: list[str], profile: Profile) -> Inte
     """Compile `path`'s launched kernels for `profile` and wrap them. Raises CompileError."""
     from loomcli.pipeline import CompileOptions, compile_module
 
-    compiled = compile_module(CompileOptions(input=path, profile=profile, roots=module_roots))
+    compiled = compile_module(CompileOptions(input=path, profile=profile, roots=module_roots,
+                                             for_execution=True))
     return InterpreterLauncher(compiled.module, profile, path)
 
 

@@ -91,21 +91,23 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     writes: list[tuple[str, bytes]] = []
     depfiles: list[tuple[str, str]] = []
     for profile in profiles or [None]:
-        compiled = specialize(front, profile)
-        printer.emit(compiled.warnings[len(front.warnings):])
-        if print_selections:
-            prefix = f"{profile.name}: " if profile is not None and len(profiles) > 1 else ""
-            for d in compiled.decisions:
-                click.echo(prefix + d.describe())
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
             kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
-            assert output is not None
+            assert output is not None and out_format is not None
             kind = out_format
             path = output
+        # Artifacts and launch configs need every reachable config.get bound (17.22).
+        emits = kind not in MODULE_FORMATS.values() or launch_path is not None
+        compiled = specialize(front, profile, for_execution=emits)
+        printer.emit(compiled.warnings[len(front.warnings):])
+        if print_selections:
+            prefix = f"{profile.name}: " if profile is not None and len(profiles) > 1 else ""
+            for d in compiled.decisions:
+                click.echo(prefix + d.describe())
         launch_file = _side_path(launch_path, out_dir, stem, tag, ".launch.loombc")
         manifest_file = _side_path(manifest_path, out_dir, stem, tag, ".manifest.json")
         writes += _outputs(compiled, kind, path, launch_file, manifest_file)

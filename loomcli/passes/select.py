@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.ir.builder import substitute
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
@@ -81,6 +82,7 @@ class Selector:
         self.symbols = module.symbols()
         self.decisions: list[Decision] = []
         self.diags: list[Diagnostic] = []
+        self.reached: list[Operation] = []  # the symbols `run` walked: roots and what they reach
         self._order: dict[Value, int] = {}
         self._providers: dict[str, list[Operation]] = {}
         for op in module.ops:
@@ -116,7 +118,8 @@ class Selector:
                 if target is not None and target not in seen and target.name in _SELECTED_IN:
                     seen.add(target)
                     pending.append(target)
-        self.decisions = [d for op in sorted(blocks, key=position.__getitem__) for d in blocks[op]]
+        self.reached = sorted(blocks, key=position.__getitem__)
+        self.decisions = [d for op in self.reached for d in blocks[op]]
         return self.decisions
 
     def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
@@ -310,17 +313,10 @@ class Selector:
 
     def _rewrite(self, apply: Operation, winner: str) -> None:
         call = Operation(OPS["template.call"], attrs={"callee": winner, "nworkload": 0}, loc=apply.loc)
-        call.comments = apply.comments
         call.operand_locs = apply.operand_locs
         for v in apply.operands:
             call.add_operand(v)
-        apply.drop_operand_uses()
-        for r in apply.results:
-            r.replace_all_uses_with(call.add_result(r.type, r.name, r.loc))
-        region = apply.parent
-        assert region is not None
-        region.ops[region.ops.index(apply)] = call
-        call.parent = region
+        substitute(apply, call)
 
 
 def _pred_text(p: Any) -> str:
@@ -329,8 +325,16 @@ def _pred_text(p: Any) -> str:
 
 
 def select_templates(module: Module, profile: Profile | None = None, mode: str = "final",
-                     rewrite: bool = True) -> tuple[list[Decision], list[Diagnostic]]:
-    """Run selection over every body of `module`; returns decisions and diagnostics."""
+                     rewrite: bool = True, require_resolved: bool = False
+                     ) -> tuple[list[Decision], list[Diagnostic]]:
+    """Run selection over the roots of `module` and what they reach; returns
+    decisions and diagnostics. With `require_resolved` (emission and
+    interpretation, LANGUAGE.md 17.22), every `config.get` left unbound in a
+    reached symbol is CONFIG/003, also one that only decided a selection."""
     s = Selector(module, profile, mode, rewrite=rewrite)
     s.run()
-    return s.decisions, s.diags
+    diags = s.diags
+    if require_resolved:
+        diags = diags + [Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attrs["ref"])
+                         for top in s.reached for op in top.walk() if op.name == "config.get"]
+    return s.decisions, diags

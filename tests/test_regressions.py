@@ -1,0 +1,68 @@
+"""Regression tests for the correctness fixes of issue 12, each named for
+what it pins down. Kernel files live in tests/regressions/; the runnable ones
+pass on the reference interpreter and, where one is usable, on Vulkan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loomcli.check.vulkan import unavailable_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "regressions"
+VULKAN = unavailable_reason()
+DEVICES = ["interpreter", pytest.param("vulkan", marks=pytest.mark.skipif(
+    VULKAN is not None, reason=f"no Vulkan device: {VULKAN}"))]
+
+# Files whose every case must pass on every device.
+RUNNABLE = ["config_in_predicate.loom"]
+
+
+def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("LOOM_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "loomcli", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_runnable_files_pass(name: str, device: str) -> None:
+    r = loom("test", "--device", device, str(DATA / name))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FAIL" not in r.stdout and "internal" not in r.stderr
+
+
+UNBOUND = str(DATA / "unbound_config_selects.loom")
+
+
+@pytest.mark.parametrize("args", [
+    ["test", "--device", "interpreter", UNBOUND],
+    ["compile", UNBOUND, "--target", "spirv:vulkan1.2", "-o", "{tmp}/k.spv"],
+    ["compile", UNBOUND, "--target", "amdgpu:gfx1100", "-o", "{tmp}/k.hsaco"],
+    ["compile", UNBOUND, "--target", "amdgpu:gfx1100", "-o", "{tmp}/k.loombc", "--emit-launch-config",
+     "{tmp}/k.launch.loombc"],
+    ["launch-eval", UNBOUND, "@k", "4", "--target", "spirv:vulkan1.2"],
+], ids=["test", "spv", "hsaco", "launch-config", "launch-eval"])
+def test_unbound_config_deciding_selection_is_config_003(args: list[str], tmp_path: Path) -> None:
+    r = loom(*[a.format(tmp=tmp_path) for a in args])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "unbound_config_selects.loom:24:11: error [CONFIG/003]: `@exec.mode` unresolved" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bound_config_selects_the_bound_provider(tmp_path: Path) -> None:
+    r = loom("compile", UNBOUND, "--target", "spirv:vulkan1.2", "-o", str(tmp_path / "k.spv"),
+             "--config", "exec.mode=2", "--print-selections")
+    assert r.returncode == 0, r.stderr
+    assert "-> @triple" in r.stdout
+
+
+def test_compiled_module_keeps_unbound_config(tmp_path: Path) -> None:
+    r = loom("compile", UNBOUND, "-o", str(tmp_path / "k.loombc"))
+    assert r.returncode == 0, r.stderr
