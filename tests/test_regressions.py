@@ -20,7 +20,7 @@ DEVICES = ["interpreter", pytest.param("vulkan", marks=pytest.mark.skipif(
     VULKAN is not None, reason=f"no Vulkan device: {VULKAN}"))]
 
 # Files whose every case must pass on every device.
-RUNNABLE = ["config_in_predicate.loom"]
+RUNNABLE = ["config_in_predicate.loom", "nan_bitcasts.loom"]
 
 
 def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -66,3 +66,29 @@ def test_bound_config_selects_the_bound_provider(tmp_path: Path) -> None:
 def test_compiled_module_keeps_unbound_config(tmp_path: Path) -> None:
     r = loom("compile", UNBOUND, "-o", str(tmp_path / "k.loombc"))
     assert r.returncode == 0, r.stderr
+
+
+def test_bitcast_of_a_nan_folds_only_to_a_plain_nan() -> None:
+    """The folder carries NaN payloads exactly; the canonicalizer keeps a
+    bitcast computed unless its NaN is the one `nan` spells."""
+    from loomcli.frontend import parse_text
+    from loomcli.passes.pipeline import parse_pipeline, run_passes
+    from loomcli.text.printer import print_module
+
+    text = """\
+func.def public @f() -> (f32, f32, i32) {
+  %a = scalar.constant 2143289345 : i32
+  %x = scalar.bitcast %a : i32 to f32
+  %b = scalar.constant 2143289344 : i32
+  %y = scalar.bitcast %b : i32 to f32
+  %n = scalar.constant nan : f32
+  %z = scalar.bitcast %n : f32 to i32
+  func.return %x, %y, %z : f32, f32, i32
+}
+"""
+    module = parse_text(text, "t.loom")
+    run_passes(module, parse_pipeline("canonicalize"))
+    out = print_module(module)
+    assert "%x = scalar.bitcast %a : i32 to f32" in out
+    assert "%y = scalar.constant nan : f32" in out
+    assert "scalar.constant 2143289344 : i32" in out

@@ -32,7 +32,7 @@ from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import OPS
-from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, INDEX, OFFSET, ScalarType, ShapedType, is_float
+from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.passes.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.passes.fold import (
     CONSTANT_OPS,
@@ -114,6 +114,18 @@ def _codec(elem: ScalarType) -> tuple[Callable[[bytearray, int], Any], Callable[
 
         def store(buf: bytearray, at: int, v: Any) -> None:
             pack(buf, at, float_bits(elem, v))
+    elif elem is F32:
+        bits = struct.Struct("<I")
+
+        def load(buf: bytearray, at: int) -> Any:
+            v = unpack(buf, at)[0]
+            return v if v == v else float_from_bits(F32, bits.unpack_from(buf, at)[0])
+
+        def store(buf: bytearray, at: int, v: Any) -> None:
+            if v == v:
+                pack(buf, at, v)
+            else:  # a NaN keeps its sign and payload (section 17.5; bitcasts make them)
+                bits.pack_into(buf, at, float_bits(F32, v))
     elif elem.name == "i1":
         def load(buf: bytearray, at: int) -> Any:
             return bool(buf[at] & 1)
