@@ -92,3 +92,14 @@ func.def public @f() -> (f32, f32, i32) {
     assert "%x = scalar.bitcast %a : i32 to f32" in out
     assert "%y = scalar.constant nan : f32" in out
     assert "scalar.constant 2143289344 : i32" in out
+
+
+def test_library_diagnostics_name_the_library(tmp_path: Path) -> None:
+    """A diagnostic raised after linking, about an op that came from a
+    --library file, names that file with its own line and column."""
+    lib = DATA / "library"
+    r = loom("compile", str(lib / "uses_helper.loom"), "--library", str(lib / "helper.loom"),
+             "--target", "spirv:vulkan1.2", "-o", str(tmp_path / "k.spv"))
+    assert r.returncode == 1
+    assert "tests/regressions/library/helper.loom:6:8: error [CONFIG/003]: `@scale` unresolved\n" \
+           "  %s = config.get @scale : f32\n       ^" in r.stderr

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.clone import clone_op
-from loomcli.ir.core import Module, Operation, Signature, Value
+from loomcli.ir.core import Module, Operation, Signature, Value, stamp_file
 from loomcli.ir.symbols import DEFINITIONS, RESOLVABLE, references, rename_references
 from loomcli.ir.types import ShapedType, Type
 from loomcli.link.index import LinkIndex, SymbolInfo
@@ -271,6 +271,8 @@ class _Linker:
             if op.name == "config.def" and name in origins:
                 continue
             new = clone_op(op)
+            if item.path != path:
+                stamp_file(new, item.path)  # its diagnostics name the input it came from
             renames = dict(self.renames[i])
             if renames:
                 if name in renames:
