@@ -88,6 +88,11 @@ def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
                                      if op.name not in ("check.case", "check.benchmark")]
+    from loomcli.ir.verifier import verify
+
+    invalid = [d for d in verify(result.module) if d.severity == "error"]
+    if invalid:  # never hand out a module that does not verify: say why instead
+        raise CompileError(invalid)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)
 

@@ -103,3 +103,27 @@ def test_library_diagnostics_name_the_library(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "tests/regressions/library/helper.loom:6:8: error [CONFIG/003]: `@scale` unresolved\n" \
            "  %s = config.get @scale : f32\n       ^" in r.stderr
+
+
+def test_identical_declarations_merge(tmp_path: Path) -> None:
+    """Both inputs declare @common.blend: the linked module holds it once,
+    verifies, and links on against the definition (issue 12, bug 6)."""
+    merge = DATA / "merge"
+    out = tmp_path / "merged.loombc"
+    r = loom("link", str(merge / "a.loom"), str(merge / "b.loom"), "--allow-unresolved", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    text = loom("fmt", str(out), "--to", "text", "-o", "-").stdout
+    assert text.count("func.decl public device @common.blend(%x: f32) -> (f32)") == 1
+    r = loom("link", str(out), str(merge / "blend.loom"), "-o", str(tmp_path / "final.loom"))
+    assert r.returncode == 0, r.stderr
+    assert "func.decl" not in (tmp_path / "final.loom").read_text()
+
+
+def test_disagreeing_declarations_are_link_002_and_write_nothing(tmp_path: Path) -> None:
+    merge = DATA / "merge"
+    r = loom("link", str(merge / "a.loom"), str(merge / "b_disagrees.loom"), "--allow-unresolved",
+             "-o", str(tmp_path / "merged.loombc"))
+    assert r.returncode == 1
+    assert "b_disagrees.loom:1:1: error [LINK/002]: `@common.blend` declarations disagree: " \
+           "argument types (f32, i32) vs (f32)" in r.stderr
+    assert list(tmp_path.iterdir()) == []
