@@ -127,3 +127,25 @@ def test_disagreeing_declarations_are_link_002_and_write_nothing(tmp_path: Path)
     assert "b_disagrees.loom:1:1: error [LINK/002]: `@common.blend` declarations disagree: " \
            "argument types (f32, i32) vs (f32)" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("env, widths", [("vulkan1.1", []), ("vulkan1.2", [32]), ("vulkan1.3", [32])])
+def test_spirv_requests_ieee_float_controls(env: str, widths: list[int]) -> None:
+    """Vulkan 1.2+ entry points ask for SignedZeroInfNanPreserve per float
+    width used (issue 12, bug 7); the profile records it and what stays
+    driver-dependent."""
+    from loomcli.emit.spirv.disasm import disassemble
+    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.targets.profiles import parse_target
+
+    profile = parse_target(f"spirv:{env}")
+    from loomcli.emit.artifacts import emit
+
+    compiled = compile_module(CompileOptions(input=str(ROOT / "samples" / "saxpy.loom"), profile=profile))
+    text = disassemble(emit(compiled.module, profile, "spirv-binary").data)
+    modes = [line for line in text.splitlines() if "SignedZeroInfNanPreserve" in line and "ExecutionMode" in line]
+    assert [int(line.split()[-1]) for line in modes] == widths
+    assert ("Capability SignedZeroInfNanPreserve" in text) == bool(widths)
+    data = profile.to_json()
+    assert data["signed_zero_inf_nan_preserve"] == ([] if env == "vulkan1.1" else [16, 32, 64])
+    assert any("Fma" in note for note in data["driver_dependent"])
