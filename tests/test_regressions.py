@@ -149,3 +149,48 @@ def test_spirv_requests_ieee_float_controls(env: str, widths: list[int]) -> None
     data = profile.to_json()
     assert data["signed_zero_inf_nan_preserve"] == ([] if env == "vulkan1.1" else [16, 32, 64])
     assert any("Fma" in note for note in data["driver_dependent"])
+
+
+WHILE_NO_CARRIED = """\
+kernel.def @k() {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch() {
+  scf.while {
+    %go = scalar.constant false : i1
+    scf.condition %go : i1
+  } do {
+  }
+  kernel.return
+}
+"""
+
+HEADER = """\
+// Copyright 2026 the Loom authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Attached to @f.
+func.def @f() {
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("written, canonical", [
+    (WHILE_NO_CARRIED, WHILE_NO_CARRIED),                                      # 17.33
+    (WHILE_NO_CARRIED.replace("scf.while {", "scf.while() {"), WHILE_NO_CARRIED),
+    (HEADER, HEADER),                                                          # 17.34
+    (HEADER.replace("Apache-2.0\n\n", "Apache-2.0\n\n\n\n"), HEADER),
+    (HEADER.replace("Apache-2.0\n\n", "Apache-2.0\n"), HEADER.replace("Apache-2.0\n\n", "Apache-2.0\n")),
+    ("// one\n\n// two\n\nfunc.def @f() {\n  func.return\n}\n",) * 2,
+], ids=["while-bare", "while-parens", "header", "header-many-blanks", "attached", "two-blocks"])
+def test_settled_spellings_round_trip(written: str, canonical: str) -> None:
+    """LANGUAGE.md 17.33 and 17.34 (issue 12, bug 8): text and bytecode
+    round trips print the settled spelling."""
+    from loomcli.bytecode import read_module, write_module
+    from loomcli.frontend import parse_text
+    from loomcli.text.printer import print_module
+
+    module = parse_text(written, "t.loom")
+    assert print_module(module) == canonical
+    assert print_module(read_module(write_module(module), "t.loombc")) == canonical

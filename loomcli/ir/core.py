@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 Loc = tuple[int, int]  # (line, column), both 1-based; (0, 0) when unknown
 
+# An entry of a top-level op's comment list that ends a *detached* block (the
+# comments before it were followed by a blank line: license and file headers,
+# LANGUAGE.md 17.34); it prints as that blank line. A payload never holds a newline.
+DETACHED = "\n"
+
 
 class FileLoc(tuple):  # type: ignore[type-arg]
     """A (line, column) that also names its file: linking stamps the ops it
