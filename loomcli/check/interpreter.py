@@ -176,12 +176,18 @@ def _rsqrt(x: float) -> float:
 
 
 def _pow(a: float, b: float) -> float:
+    """C's pow (IEEE 754 9.2.1) where Python's raises: an odd integer
+    exponent keeps the base's sign in an overflow and for a zero base."""
     try:
         return math.pow(a, b)
-    except OverflowError:
-        return math.inf
-    except (ValueError, ZeroDivisionError):
-        return math.nan if a < 0 or math.isnan(a) else math.inf
+    except (OverflowError, ValueError, ZeroDivisionError):
+        integral = math.isfinite(b) and b == math.floor(b)
+        odd = integral and math.fmod(b, 2.0) != 0.0
+        if a == 0.0:  # pow(+-0, y < 0)
+            return math.copysign(math.inf, a) if odd else math.inf
+        if a < 0.0 and not integral:
+            return math.nan
+        return -math.inf if a < 0.0 and odd else math.inf
 
 
 _TRANSCENDENTAL: dict[str, Callable[..., float]] = {
