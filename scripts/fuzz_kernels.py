@@ -519,7 +519,7 @@ def compare(a: list[bytes], b: list[bytes], approx_types: list[str]) -> str:
     ys = struct.unpack(f"<{LANES * APPROX}d", b[2])
     for k, (x, y) in enumerate(zip(xs, ys)):
         t = approx_types[k % APPROX]
-        if math.isnan(x) and math.isnan(y) or x == y:
+        if (math.isnan(x) and math.isnan(y)) or x == y:
             continue
         if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y) or \
                 ulp_distance(t, x, y) > APPROX_ULPS:
