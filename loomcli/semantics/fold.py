@@ -170,7 +170,11 @@ def _bf16_of_f32(x: float) -> float:
 
 
 def round_float(t: Type, x: float) -> float:
-    """`x` rounded to nearest-even in float type `t`."""
+    """`x` rounded to nearest-even in float type `t`. A NaN is returned as
+    it is: its sign and payload are carried as `float_bits` reads them
+    (struct's f16 packing would replace them)."""
+    if x != x:
+        return x
     name = t.name
     if name == "f64":
         return float(x)
