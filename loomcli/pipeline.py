@@ -89,6 +89,11 @@ def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
                                      if op.name not in ("check.case", "check.benchmark")]
+    from loomcli.ir.verifier import verify
+
+    invalid = [d for d in verify(result.module) if d.severity == "error"]
+    if invalid:  # never hand out a module that does not verify: say why instead
+        raise CompileError(invalid)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)
 
@@ -133,6 +138,9 @@ class CompileOptions:
     profile: Profile | None = None
     require_resolved_config: bool = False
     project_config: Mapping[str, Any] | None = None
+    # The result is emitted, interpreted or evaluated: every reachable
+    # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
+    for_execution: bool = False
 
 
 @dataclass
@@ -170,7 +178,7 @@ def compile_module(options: CompileOptions) -> Compiled:
     kernels). The garbage of one compile is collected after it.
     """
     with gc_paused():
-        return specialize(front_end(options), options.profile)
+        return specialize(front_end(options), options.profile, options.for_execution)
 
 
 def front_end(options: CompileOptions) -> FrontEnd:
@@ -193,10 +201,12 @@ def front_end(options: CompileOptions) -> FrontEnd:
         return FrontEnd(result.module, bindings, pipeline, warnings, files)
 
 
-def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
+def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = False) -> Compiled:
     """Select templates for `profile` (final with a target, early without)
     and run the pipeline, on a clone of the front end's module. A module
-    compiled for a target records it (a target record named @loom.compiled_for)."""
+    compiled for a target records it (a target record named @loom.compiled_for).
+    `for_execution`: the result will be emitted or run, so a reachable unbound
+    `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
     from loomcli.ir.clone import clone_op
     from loomcli.passes.pipeline import run_passes
     from loomcli.passes.select import select_templates
@@ -205,7 +215,8 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
         module = Module(front.module.path)
         for op in front.module.ops:
             module.body.append(clone_op(op))
-        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early")
+        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early",
+                                            require_resolved=for_execution)
         if has_errors(diags):
             raise CompileError(diags)
         if profile is not None:
@@ -213,7 +224,7 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
 
             fold_target_facts(module, profile)
         run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
-        if profile is not None and profile.family in ("amdgpu", "spirv"):
+        if profile is not None and profile.family != "reference":
             module.body.append(_target_record(profile))  # the reference profile has no record spelling
         return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
 
@@ -221,16 +232,18 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
 def _target_record(profile: Profile) -> Any:
     from loomcli.ir.core import Operation
     from loomcli.ir.ops import OPS
+    from loomcli.targets.records import RECORD_OP
 
-    name = "amdgpu.target" if profile.family == "amdgpu" else "spirv.target"
-    return Operation(OPS[name], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
+    return Operation(OPS[RECORD_OP[profile.family]], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
 
 
 def compiled_target(module: Module) -> str | None:
     """The target a compiled module was specialized for (`family:selector`), if any."""
+    from loomcli.targets.records import RECORD_OPS
+
     for op in module.ops:
-        if op.attrs.get("sym") == COMPILED_FOR and op.name in ("amdgpu.target", "spirv.target"):
-            family = "amdgpu" if op.name == "amdgpu.target" else "spirv"
+        if op.attrs.get("sym") == COMPILED_FOR and op.name in RECORD_OPS:
+            family = RECORD_OPS[op.name]
             selector = op.attrs["kind"].replace("_", ".") if family == "spirv" else op.attrs["kind"]
             return f"{family}:{selector}"
     return None

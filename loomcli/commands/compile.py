@@ -17,10 +17,12 @@ import click
 from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
-ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text",
+               "asm")
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
-              "spirv-binary": ".spv", "llvmir-text": ".ll", "asm": ".s"}
-BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
+              "spirv-binary": ".spv", "nvptx-ptx": ".ptx", "nvptx-cubin": ".cubin", "llvmir-text": ".ll", "asm": ".s"}
+BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
+POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,13 +86,14 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
+    from loomcli.emit import LLVM_FAMILIES, NATIVE_FORMAT
     from loomcli.jobs.compile import CompileRequest
     from loomcli.jobs.session import compile_session
 
-    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family == "amdgpu" \
-            and out_format in ("amdgpu-hsaco", "asm", None):
+    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family in LLVM_FAMILIES \
+            and out_format in ("amdgpu-hsaco", "nvptx-ptx", "nvptx-cubin", "asm", None):
         # No cache can answer: start LLVM's worker now, it warms up while the front end runs.
-        from loomcli.emit.amdgpu import start_worker
+        from loomcli.emit.llvm.backend import start_worker
 
         start_worker()
 
@@ -102,6 +105,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     printer.emit(front.warnings)
     # The front end ran once; each target is one request to the compile entry point.
     module_bytes = write_module(front.module, keep_debug=True)
+    linked_files = tuple((k, op.loc.file) for k, op in enumerate(front.module.ops) if hasattr(op.loc, "file"))
     stem = os.path.splitext(os.path.basename(input_path))[0]
     plans: list[tuple[object, str, str | None, str | None, CompileRequest]] = []
     depfiles: list[tuple[str, str]] = []
@@ -109,7 +113,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
-            kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
+            kind = fmt or NATIVE_FORMAT[profile.family]
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
             assert output is not None and out_format is not None
@@ -120,14 +124,14 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if launch_file is not None and profile is None:
             raise UsageError("--emit-launch-config needs --target")
         if manifest_file is not None and kind in MODULE_FORMATS.values():
-            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
+            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)")
         request = CompileRequest(module=module_bytes, target=profile.name if profile is not None else "",
                                  format=kind, roots=tuple(roots), linked=True, pipeline=pipeline,
                                  require_resolved_config=require_resolved_config,
                                  launch_config=launch_file is not None, manifest=manifest_file is not None,
                                  artifact_name=os.path.basename(path),
                                  launch_config_name=os.path.basename(launch_file) if launch_file else "",
-                                 path=front.module.path)
+                                 path=front.module.path, files=linked_files)
         plans.append((profile, path, launch_file, manifest_file, request))
         if depfile_md or depfile_path:
             dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"
@@ -137,7 +141,10 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         click.echo(f"loom: warning: {message}", err=True)
 
     targets_named = [p.name for p in profiles]
-    with compile_session(jobs, len(plans), targets_named, no_cache=no_cache, warn=warn,
+    # Workers pay for their start (an interpreter, imports, LLVM): worth it
+    # for several targets of a large module, not for a small one.
+    parallel = len(plans) if len(plans) > 1 and len(module_bytes) >= POOL_MODULE_BYTES else 1
+    with compile_session(jobs, parallel, targets_named, no_cache=no_cache, warn=warn,
                          trace_path=trace_path) as session:
         if session.dry_run:
             return 0  # make -n: say nothing, write nothing

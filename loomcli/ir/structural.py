@@ -23,7 +23,7 @@ from typing import Any
 
 from loomcli.ir import format as F
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
-from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, OpResult, Region, Signature, Value
+from loomcli.ir.core import DETACHED, BlockArgument, LocalName, Module, Operation, OpResult, Region, Signature, Value
 from loomcli.ir.ops import OPS, OpDef
 from loomcli.ir.types import ELEMENT_TYPES, SCALAR_TYPES, SHAPED_KINDS, ScalarType, ShapedType, Type
 
@@ -261,13 +261,17 @@ class _OpCheck:
             if type(r) is not OpResult or r.op is not op or r.index != k:
                 self.fail(f"malformed result {k}")
             check_type(op, r.type, self.outer)
+        top_level = op.parent is None or op.parent.owner is None
         for comment in op.comments:
-            check_comment(comment)
+            check_comment(comment, top_level)
 
 
-def check_comment(comment: Any) -> None:
+def check_comment(comment: Any, top_level: bool = False) -> None:
     # The printer writes `// text` on one line and the lexer strips the
-    # trailing blanks: anything else would not read back the same.
+    # trailing blanks: anything else would not read back the same. A
+    # top-level op's list may hold DETACHED, the blank line after a header.
+    if top_level and comment == DETACHED:
+        return
     if type(comment) is not str or "\n" in comment or "\r" in comment or comment != comment.rstrip(" \t"):
         raise StructureError(f"malformed comment {comment!r}")
 
