@@ -262,16 +262,18 @@ class _OpCheck:
                 self.fail(f"malformed result {k}")
             check_type(op, r.type, self.outer)
         top_level = op.parent is None or op.parent.owner is None
+        previous: Any = None
         for comment in op.comments:
-            check_comment(comment, top_level)
+            # A top-level op's list may mark the blank line after a comment
+            # block (DETACHED, 17.34); the parser puts one only after a comment.
+            if not (comment == DETACHED and top_level and previous not in (None, DETACHED)):
+                check_comment(comment)
+            previous = comment
 
 
-def check_comment(comment: Any, top_level: bool = False) -> None:
+def check_comment(comment: Any) -> None:
     # The printer writes `// text` on one line and the lexer strips the
-    # trailing blanks: anything else would not read back the same. A
-    # top-level op's list may hold DETACHED, the blank line after a header.
-    if top_level and comment == DETACHED:
-        return
+    # trailing blanks: anything else would not read back the same.
     if type(comment) is not str or "\n" in comment or "\r" in comment or comment != comment.rstrip(" \t"):
         raise StructureError(f"malformed comment {comment!r}")
 
