@@ -1,4 +1,4 @@
-"""Bazel rules for Loom GPU kernel programs: loom_library, loom_kernels, loom_command.
+"""Bazel rules for Loom GPU kernel programs: loom_library, loom_kernels, loom_command, loom_package.
 
 Every rule runs `loom` through one helper (`_run_loom`) with declared inputs
 only, `LOOM_CACHE=0 LOOM_JOBS=1` (no private cache, one worker: the bytes
@@ -41,6 +41,11 @@ LoomCommandInfo = provider(
     },
 )
 
+LoomPackageInfo = provider(
+    doc = "A release package built by loom_package.",
+    fields = {"package": "File: `<name>-<version>.loompkg.tar.gz`"},
+)
+
 _EXTENSIONS = {"amdgpu": "hsaco", "spirv": "spv"}
 
 # Run loom with no private cache and one worker; `$1` is the loom executable.
@@ -67,13 +72,13 @@ _TOOLCHAIN_ATTR = {
     "_toolchain": attr.label(default = Label("//:toolchain"), providers = [LoomToolchainInfo]),
 }
 
-def _run_loom(ctx, mnemonic, message, args, inputs, outputs):
+def _run_loom(ctx, mnemonic, message, args, inputs, outputs, command = _COMMAND):
     toolchain = ctx.attr._toolchain[LoomToolchainInfo]
-    command = ctx.actions.args()
-    command.add(toolchain.executable)
+    loom = ctx.actions.args()
+    loom.add(toolchain.executable)
     ctx.actions.run_shell(
-        command = _COMMAND,
-        arguments = [command, args],
+        command = command,
+        arguments = [loom, args],
         inputs = inputs,
         outputs = outputs,
         tools = [toolchain.loom],
@@ -212,4 +217,63 @@ loom_command = rule(
         specs = attr.string_dict(doc = "Specialization arguments, `@program.arg` -> value (`--spec`)."),
     ),
     doc = "Builds a command-program product (`loom frontier`): one folder `<name>.<family>-<selector>` per target.",
+)
+
+# loom build --package needs a project folder that holds its sources (it rejects paths that resolve
+# outside it, and Bazel's inputs are symlinks), so the action copies them into a private one.
+# $1 loom, $2 the output, $3 the version, then pairs: input path, path in the project.
+_PACKAGE_COMMAND = """set -eu
+loom=$1 out=$2 version=$3
+shift 3
+project=$(mktemp -d "${TMPDIR:-/tmp}/loom-package.XXXXXX")
+trap 'rm -rf "$project"' EXIT
+while [ $# -gt 0 ]; do
+  mkdir -p "$project/$(dirname "$2")"
+  cp "$1" "$project/$2"
+  shift 2
+done
+LOOM_CACHE=0 LOOM_JOBS=1 "$loom" build "$project" --package --no-cache -j 1 --progress none -q
+set -- "$project"/dist/*-"$version".loompkg.tar.gz
+if [ ! -f "$1" ]; then
+  echo "loom_package: loom.toml's [project] version is not $version (the rule's version)" >&2
+  exit 1
+fi
+cp "$1" "$out"
+"""
+
+def _relative(path, folder):
+    if not folder:
+        return path
+    if not path.startswith(folder + "/"):
+        return None
+    return path[len(folder) + 1:]
+
+def _loom_package_impl(ctx):
+    tomls = [f for f in ctx.files.srcs if f.basename == "loom.toml"]
+    if len(tomls) != 1:
+        fail("loom_package: srcs must hold exactly one loom.toml, found {}".format(len(tomls)))
+    folder = tomls[0].short_path.rpartition("/")[0]
+    out = ctx.actions.declare_file("{}-{}.loompkg.tar.gz".format(ctx.label.name, ctx.attr.version))
+    args = ctx.actions.args()
+    args.add(out)
+    args.add(ctx.attr.version)
+    for f in ctx.files.srcs:
+        rel = _relative(f.short_path, folder)
+        if rel == None:
+            fail("loom_package: {} is not under {}, the folder of loom.toml".format(f.short_path, folder))
+        args.add(f)
+        args.add(rel)
+    _run_loom(ctx, "LoomPackage", "Packaging {}".format(ctx.label), args, ctx.files.srcs, [out],
+              command = _PACKAGE_COMMAND)
+    return [DefaultInfo(files = depset([out])), LoomPackageInfo(package = out)]
+
+loom_package = rule(
+    implementation = _loom_package_impl,
+    attrs = dict(
+        _TOOLCHAIN_ATTR,
+        srcs = attr.label_list(allow_files = True, mandatory = True,
+                               doc = "A loom.toml project: the loom.toml and every file it names, in their folders."),
+        version = attr.string(mandatory = True, doc = "The project's version, as loom.toml's [project] says."),
+    ),
+    doc = "A release package (`loom build --package`): `<name>-<version>.loompkg.tar.gz`.",
 )

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +32,14 @@ pytestmark = pytest.mark.skipif(
     reason="no bazel here (scripts/install-system-deps.sh installs Debian's bazel-bootstrap)",
 )
 
+# What a change to kernels/offset.loom reruns: the `scale` set and the release package that holds it.
 SCALE_ACTIONS = {
     "Linking Loom sources of //kernels:scale",
     "Compiling //kernels:scale for amdgpu:gfx942",
     "Compiling //kernels:scale for spirv:vulkan1.3",
+    "Packaging //:release",
 }
+LOOM_ACTIONS = 7  # common, scale link, 2 x saxpy, 2 x scale, the package
 
 BUILDGRID_CONFIG = """\
 server:
@@ -104,8 +108,9 @@ def loom_spawns(spawns: list[dict]) -> list[dict]:
 
 
 def outputs(bin_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(bin_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for folder in ("kernels", "lib") for p in sorted((bin_dir / folder).rglob("*")) if p.is_file()}
+    files = [p for folder in ("kernels", "lib") for p in (bin_dir / folder).rglob("*") if p.is_file()]
+    files.append(bin_dir / "release-0.1.0.loompkg.tar.gz")
+    return {str(p.relative_to(bin_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)}
 
 
 def free_port() -> int:
@@ -153,7 +158,7 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
         try:
             # A fresh build: every output of every rule, real and consistent.
             first = bazel.build(tmp_path / "fresh.json")
-            assert len(loom_spawns(first)) == 6  # common, scale link, 2 x saxpy, 2 x scale
+            assert len(loom_spawns(first)) == LOOM_ACTIONS
             bin_dir = Path(bazel("info", *bazel.flags, "bazel-bin").strip())
             built = outputs(bin_dir)
             for name in ("saxpy.amdgpu-gfx1100", "saxpy.spirv-vulkan1.3", "scale.amdgpu-gfx942",
@@ -169,6 +174,15 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
             launch = subprocess.run(["loom", "launch-eval", str(launch_config), "@scale", "1000"],
                                     capture_output=True, text=True, check=True)
             assert "workgroups=4x1x1 workgroup_size=256x1x1" in launch.stdout
+            # The release package: loom build --package of loom.toml, every artifact listed with its sha256.
+            with tarfile.open(bin_dir / "release-0.1.0.loompkg.tar.gz") as package:
+                index = json.load(package.extractfile("package.json"))
+                assert (index["name"], index["version"]) == ("examples", "0.1.0")
+                listed = {a["path"]: a["sha256"] for a in index["artifacts"]}
+                assert listed["spirv-vulkan1.3/saxpy.spv"] == hashlib.sha256(
+                    package.extractfile("spirv-vulkan1.3/saxpy.spv").read()).hexdigest()
+                # Bazel's own saxpy for that target is the same program: the same bytes.
+                assert listed["spirv-vulkan1.3/saxpy.spv"] == built["kernels/saxpy.spirv-vulkan1.3.spv"]
 
             # A no-op rebuild runs no action.
             assert bazel.build(tmp_path / "noop.json") == []
@@ -186,13 +200,13 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
             wait_for_port(cache, tmp_path / "bgd.log")
             bazel("clean")
             filled = bazel.build(tmp_path / "fill.json", f"--remote_cache={cache}")
-            assert len(loom_spawns(filled)) == 6
+            assert len(loom_spawns(filled)) == LOOM_ACTIONS
             assert outputs(bin_dir) == built
 
             # A second clean rebuild is served wholly from the remote cache.
             bazel("clean")
             served = loom_spawns(bazel.build(tmp_path / "served.json", f"--remote_cache={cache}"))
-            assert len(served) == 6
+            assert len(served) == LOOM_ACTIONS
             assert all(s["remoteCacheHit"] and s["runner"] == "remote cache hit" for s in served), served
             assert outputs(bin_dir) == built
         finally:
