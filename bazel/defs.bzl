@@ -46,7 +46,7 @@ LoomPackageInfo = provider(
     fields = {"package": "File: `<name>-<version>.loompkg.tar.gz`"},
 )
 
-_EXTENSIONS = {"amdgpu": "hsaco", "spirv": "spv"}
+_EXTENSIONS = {"amdgpu": "hsaco", "nvptx": "ptx", "spirv": "spv"}
 
 # Run loom with no private cache and one worker; `$1` is the loom executable.
 _COMMAND = 'LOOM_CACHE=0 LOOM_JOBS=1 exec "$@"'

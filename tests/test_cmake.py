@@ -29,7 +29,7 @@ SETS = {
     "lib/common.loombc": "common",
     **{f"kernels/saxpy.{t}": "saxpy" for t in ("amdgpu-gfx1100", "spirv-vulkan1.3")},
     **{f"kernels/scale.{t}": "scale" for t in ("amdgpu-gfx942", "spirv-vulkan1.3")},
-    "kernels/offset.spirv-vulkan1.3": "offset",
+    **{f"kernels/offset.{t}": "offset" for t in ("spirv-vulkan1.3", "nvptx-sm_80")},
 }
 
 
@@ -60,7 +60,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 def stamps(build: Path) -> dict[str, int]:
     """Modification time of every loom output, keyed by path under the build folder."""
     found = {}
-    for pattern in ("lib/*.loombc", "kernels/*.hsaco", "kernels/*.spv", "kernels/*.launch.loombc",
+    for pattern in ("lib/*.loombc", "kernels/*.hsaco", "kernels/*.spv", "kernels/*.ptx", "kernels/*.launch.loombc",
                     "kernels/*.manifest.json"):
         for path in build.glob(pattern):
             found[str(path.relative_to(build))] = path.stat().st_mtime_ns
@@ -89,9 +89,9 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
     # A fresh build: every declared output, real and consistent with its manifest.
     fresh = run(build_cmd, tmp_path, env)
     first = stamps(build)
-    assert len(first) == 1 + 3 * 5
+    assert len(first) == 1 + 3 * 6
     for name, ext in [("saxpy.amdgpu-gfx1100", "hsaco"), ("scale.spirv-vulkan1.3", "spv"),
-                      ("offset.spirv-vulkan1.3", "spv")]:
+                      ("offset.spirv-vulkan1.3", "spv"), ("offset.nvptx-sm_80", "ptx")]:
         manifest = json.loads((build / "kernels" / f"{name}.manifest.json").read_text())
         assert manifest["artifact"]["name"] == f"{name}.{ext}"
         assert manifest["artifact"]["byte_length"] == (build / "kernels" / f"{name}.{ext}").stat().st_size

@@ -112,7 +112,7 @@ function(loom_add_library name)
   set_target_properties(${name} PROPERTIES LOOM_LIBRARY_FILE "${output}")
 endfunction()
 
-# Writes, per target, <output_dir>/<name>.<family>-<selector>.<ext> (.hsaco, .spv) with
+# Writes, per target, <output_dir>/<name>.<family>-<selector>.<ext> (.hsaco, .spv, .ptx) with
 # .launch.loombc and .manifest.json beside it, and a custom target <name> that builds them.
 # Several SOURCES are merged into one module first (loom link --mode merge).
 function(loom_add_kernels name)
@@ -167,8 +167,10 @@ function(loom_add_kernels name)
       set(ext hsaco)
     elseif(target MATCHES "^spirv:(.+)$")
       set(ext spv)
+    elseif(target MATCHES "^nvptx:(.+)$")
+      set(ext ptx)
     else()
-      message(FATAL_ERROR "loom_add_kernels(${name}): TARGETS ${target}: write amdgpu:<processor> or spirv:<env>")
+      message(FATAL_ERROR "loom_add_kernels(${name}): TARGETS ${target}: write amdgpu:<processor>, spirv:<env> or nvptx:<sm>")
     endif()
     string(REPLACE ":" "-" tag "${target}")
     set(stem "${dir}/${name}.${tag}")
