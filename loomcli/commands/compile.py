@@ -104,6 +104,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     printer.emit(front.warnings)
     # The front end ran once; each target is one request to the compile entry point.
     module_bytes = write_module(front.module, keep_debug=True)
+    linked_files = tuple((k, op.loc.file) for k, op in enumerate(front.module.ops) if hasattr(op.loc, "file"))
     stem = os.path.splitext(os.path.basename(input_path))[0]
     plans: list[tuple[object, str, str | None, str | None, CompileRequest]] = []
     depfiles: list[tuple[str, str]] = []
@@ -129,7 +130,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
                                  launch_config=launch_file is not None, manifest=manifest_file is not None,
                                  artifact_name=os.path.basename(path),
                                  launch_config_name=os.path.basename(launch_file) if launch_file else "",
-                                 path=front.module.path)
+                                 path=front.module.path, files=linked_files)
         plans.append((profile, path, launch_file, manifest_file, request))
         if depfile_md or depfile_path:
             dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"

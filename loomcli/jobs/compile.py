@@ -57,12 +57,16 @@ class CompileRequest:
     artifact_name: str = ""                     # the manifest's artifact.name
     launch_config_name: str = ""                # the manifest's kernels[].launch_config
     path: str = "<request>"                     # shown in diagnostics about the bytes; not in the key
+    # (top-level op index, file) for ops linked in from another input, so
+    # diagnostics about them name that file (bytecode keeps no file per op); not in the key
+    files: tuple[tuple[int, str], ...] = ()
 
     def header(self) -> dict[str, Any]:
         """Everything but the module bytes, as JSON-able data."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "module"}
         out["roots"] = list(self.roots)
         out["config"] = [list(pair) for pair in self.config]
+        out["files"] = [list(pair) for pair in self.files]
         return out
 
     @classmethod
@@ -74,6 +78,7 @@ class CompileRequest:
         values = dict(header)
         values["roots"] = tuple(values.get("roots", ()))
         values["config"] = tuple((str(k), str(v)) for k, v in values.get("config", ()))
+        values["files"] = tuple((int(k), str(f)) for k, f in values.get("files", ()))
         return cls(module=module, **values)
 
     def task(self, label: str = "") -> Task:
@@ -155,6 +160,7 @@ def compile_request(request: CompileRequest) -> CompileOutcome:
 
 def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.frontend import load_bytes
+    from loomcli.ir.core import stamp_file
     from loomcli.ir.gcpause import gc_paused
     from loomcli.link.config import BindingCollector
     from loomcli.link.index import LinkIndex, input_from_module
@@ -173,6 +179,9 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     with gc_paused():
         pipeline = parse_pipeline(request.pipeline)
         module = load_bytes(request.module, request.path, verify=False)
+        for k, file in request.files:
+            if 0 <= k < len(module.ops):
+                stamp_file(module.ops[k], file)
         origins: dict[str, str] = {}
         if not request.linked:
             index = LinkIndex((input_from_module(module, os.path.splitext(os.path.basename(module.path))[0] or "m"),))
@@ -189,7 +198,9 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         if any(d.severity == "error" for d in warnings):
             raise CompileError(warnings)
         front = FrontEnd(module, bindings, pipeline, warnings, [])
-        compiled = specialize(front, profile)
+        # Artifacts and launch configs need every reachable config.get bound (17.22).
+        compiled = specialize(front, profile,
+                              for_execution=request.format in TARGET_FORMATS or request.launch_config)
     selections = tuple(d.describe() for d in compiled.decisions)
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
     artifact = None
@@ -298,7 +309,7 @@ def cache_key(request: CompileRequest) -> str:
     from loomcli.targets.profiles import parse_target
 
     header = request.header()
-    del header["path"]
+    del header["path"], header["files"]
     if not request.manifest:  # the names only appear in the manifest
         del header["artifact_name"], header["launch_config_name"]
     profile = parse_target(request.target) if request.target else None
