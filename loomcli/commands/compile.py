@@ -1,9 +1,11 @@
 """`loom compile`: link, bind config, select templates, run passes, emit.
 
 The front end (read, verify, link, bind) runs once however many targets are
-asked for; each target then specializes a clone and emits. Every output is
-computed before the first is written, and each is published with a rename,
-so a failure leaves nothing behind.
+asked for; each target is then one `CompileRequest` to the compile entry
+point (`loomcli.jobs.compile`): the cache first, misses in this process (one
+target) or in the warm worker pool (several), within make's jobserver.
+Every output is computed before the first is written, and each is published
+with a rename, so a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -43,16 +45,21 @@ BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
 @click.option("-MD", "depfile_md", is_flag=True, help="Write a depfile beside each output (OUT with .d).")
 @click.option("-MF", "depfile_path", metavar="DEPFILE", help="Write the depfile here (one output only).")
 @click.option("-MT", "depfile_target", metavar="TARGET", help="The depfile's target (default: the output).")
+@click.option("-j", "--jobs", "jobs", type=int, metavar="N", help="At most N targets at once (default: LOOM_JOBS, "
+              "else the usable CPUs; under make, its jobserver bounds it).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the compile cache.")
+@click.option("--trace", "trace_path", metavar="FILE", help="Write a Chrome trace (JSON) of the compile tasks.")
 @diagnostics_option
 def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str | None, targets: tuple[str, ...],
             target_env: str | None, roots: tuple[str, ...], libraries: tuple[str, ...],
             config_pairs: tuple[str, ...], config_files: tuple[str, ...], pipeline: str,
             require_resolved_config: bool, launch_path: str | None, manifest_path: str | None,
             print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
+            jobs: int | None, no_cache: bool, trace_path: str | None,
             diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
     from loomcli.emit.artifacts import format_for
-    from loomcli.pipeline import CompileOptions, front_end, specialize
+    from loomcli.pipeline import CompileOptions, front_end
     from loomcli.targets.profiles import parse_target
 
     profiles = [parse_target(t) for t in targets] + ([parse_target(f"spirv:{target_env}")] if target_env else [])
@@ -75,43 +82,80 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError(f"emitting {out_format} needs --target")
         if output == "-" and out_format in BINARY and click.get_text_stream("stdout").isatty():
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
-    kinds = {fmt or "amdgpu-hsaco"} if out_dir is not None else {out_format}
-    if any(p.family == "amdgpu" for p in profiles) and kinds & {"amdgpu-hsaco", "asm"}:
-        # Start LLVM's worker now: it warms up while the front end runs.
+    from loomcli.bytecode import write_module
+    from loomcli.cache import enabled
+    from loomcli.jobs.compile import CompileRequest
+    from loomcli.jobs.session import compile_session
+
+    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family == "amdgpu" \
+            and out_format in ("amdgpu-hsaco", "asm", None):
+        # No cache can answer: start LLVM's worker now, it warms up while the front end runs.
         from loomcli.emit.amdgpu import start_worker
 
         start_worker()
+
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
                              config_files=config_files, pipeline=pipeline,
                              require_resolved_config=require_resolved_config)
     front = front_end(options)
     printer = DiagnosticPrinter(diagnostics_format)
     printer.emit(front.warnings)
+    # The front end ran once; each target is one request to the compile entry point.
+    module_bytes = write_module(front.module, keep_debug=True)
     stem = os.path.splitext(os.path.basename(input_path))[0]
-    writes: list[tuple[str, bytes]] = []
+    plans: list[tuple[object, str, str | None, str | None, CompileRequest]] = []
     depfiles: list[tuple[str, str]] = []
     for profile in profiles or [None]:
-        compiled = specialize(front, profile)
-        printer.emit(compiled.warnings[len(front.warnings):])
-        if print_selections:
-            prefix = f"{profile.name}: " if profile is not None and len(profiles) > 1 else ""
-            for d in compiled.decisions:
-                click.echo(prefix + d.describe())
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
             kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
-            assert output is not None
+            assert output is not None and out_format is not None
             kind = out_format
             path = output
         launch_file = _side_path(launch_path, out_dir, stem, tag, ".launch.loombc")
         manifest_file = _side_path(manifest_path, out_dir, stem, tag, ".manifest.json")
-        writes += _outputs(compiled, kind, path, launch_file, manifest_file)
+        if launch_file is not None and profile is None:
+            raise UsageError("--emit-launch-config needs --target")
+        if manifest_file is not None and kind in MODULE_FORMATS.values():
+            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
+        request = CompileRequest(module=module_bytes, target=profile.name if profile is not None else "",
+                                 format=kind, roots=tuple(roots), linked=True, pipeline=pipeline,
+                                 require_resolved_config=require_resolved_config,
+                                 launch_config=launch_file is not None, manifest=manifest_file is not None,
+                                 artifact_name=os.path.basename(path),
+                                 launch_config_name=os.path.basename(launch_file) if launch_file else "",
+                                 path=front.module.path)
+        plans.append((profile, path, launch_file, manifest_file, request))
         if depfile_md or depfile_path:
             dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"
             depfiles.append((dep, depfile_target or path))
+
+    def warn(message: str) -> None:
+        click.echo(f"loom: warning: {message}", err=True)
+
+    targets_named = [p.name for p in profiles]
+    with compile_session(jobs, len(plans), targets_named, no_cache=no_cache, warn=warn,
+                         trace_path=trace_path) as session:
+        if session.dry_run:
+            return 0  # make -n: say nothing, write nothing
+        futures = [session.service.submit(req, f"{stem} {req.target or 'module'}") for *_, req in plans]
+        outcomes = [f.result() for f in futures]
+    writes: list[tuple[str, bytes]] = []
+    for (profile, path, launch_file, manifest_file, _), outcome in zip(plans, outcomes):
+        outcome.raise_for_status()
+        printer.emit(list(outcome.diagnostics[len(front.warnings):]) if outcome.diagnostics else [])
+        if print_selections:
+            prefix = f"{profile.name}: " if profile is not None and len(profiles) > 1 else ""
+            for line in outcome.selections:
+                click.echo(prefix + line)
+        writes.append((path, outcome.artifact))
+        if launch_file is not None:
+            writes.append((launch_file, outcome.launch_config))
+        if manifest_file is not None:
+            writes.append((manifest_file, outcome.manifest))
     for folder in {os.path.dirname(path) for path, _ in writes if path != "-"} - {""}:
         if out_dir is not None or folder in (launch_path, manifest_path):
             os.makedirs(folder, exist_ok=True)  # --out-dir (and side folders) are created as needed
@@ -131,32 +175,3 @@ def _side_path(option: str | None, out_dir: str | None, stem: str, tag: str, suf
     if out_dir is not None:
         return os.path.join(option, f"{stem}.{tag}{suffix}")
     return option
-
-
-def _outputs(compiled, kind: str, path: str, launch_file: str | None,
-             manifest_file: str | None) -> list[tuple[str, bytes]]:
-    from loomcli.emit.artifacts import emit, launch_config, manifest
-
-    if launch_file is not None and compiled.profile is None:
-        raise UsageError("--emit-launch-config needs --target")
-    out: list[tuple[str, bytes]] = []
-    artifact = None
-    if kind == "loom-bytecode":
-        from loomcli.bytecode import write_module
-
-        out.append((path, write_module(compiled.module, keep_debug=False)))
-    elif kind == "loom-text":
-        from loomcli.text.printer import print_module
-
-        out.append((path, print_module(compiled.module).encode()))
-    else:
-        artifact = emit(compiled.module, compiled.profile, kind)
-        out.append((path, artifact.data))
-    if launch_file is not None:
-        out.append((launch_file, launch_config(compiled.module, compiled.profile)))
-    if manifest_file is not None:
-        if artifact is None:
-            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
-        launch_name = os.path.basename(launch_file) if launch_file else None
-        out.append((manifest_file, manifest(artifact, os.path.basename(path), launch_name)))
-    return out

@@ -19,6 +19,10 @@ signal (SIGABRT from LLVM) or the exit status with the last lines LLVM
 printed. A new child starts on the next request. `shared_worker()` is the
 process-wide worker the emitters use; a pool can hold several `Worker`s.
 The child ignores SIGINT: Ctrl-C reaches the coordinator, which closes it.
+
+A process that is itself a worker (a pool worker, `loomcli.jobs.pool`) is
+already the crash isolation: there `shared_worker()` runs functions in this
+process instead of starting a grandchild, so LLVM stays warm in the worker.
 """
 
 from __future__ import annotations
@@ -82,10 +86,16 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 class Worker:
-    """One warm child process serving one request at a time."""
+    """One warm child process serving one request at a time.
 
-    def __init__(self, preload: Sequence[str] = ()) -> None:
+    `entry` is the module the child runs (`python -m entry *args`); a pool
+    starts its workers through `loomcli.jobs.pool` with the same framing."""
+
+    def __init__(self, preload: Sequence[str] = (), entry: str = "loomcli.jobs.isolated",
+                 args: Sequence[str] | None = None) -> None:
         self.preload = tuple(preload)
+        self.entry = entry
+        self.args = tuple(args) if args is not None else self.preload
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr: Any = None
         self.lock = threading.Lock()
@@ -103,8 +113,9 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
-        self.proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.isolated", *self.preload],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", self.entry, *self.args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+                                     close_fds=True)
         return self.proc
 
     def _reap(self) -> None:
@@ -173,12 +184,49 @@ class Worker:
             self._reap()
 
 
+class InProcessWorker:
+    """`Worker`'s interface, run in this process: what `shared_worker()` is in
+    a process that is itself an isolated worker."""
+
+    def __init__(self) -> None:
+        self.functions: dict[str, Callable[[dict[str, Any], bytes], bytes]] = {}
+
+    def start(self) -> None:
+        pass
+
+    def call(self, function: str, header: dict[str, Any], payload: bytes = b"") -> bytes:
+        if function not in self.functions:
+            module, _, attr = function.partition(":")
+            self.functions[function] = getattr(importlib.import_module(module), attr)
+        try:
+            return self.functions[function](header, payload)
+        except Exception as e:
+            raise RemoteError(f"{type(e).__name__}: {e}") from e
+
+    @property
+    def pid(self) -> int | None:
+        return os.getpid()
+
+    def close(self) -> None:
+        pass
+
+
 _shared: dict[tuple[str, ...], Worker] = {}
 _shared_lock = threading.Lock()
+_in_process: list[InProcessWorker] = []  # set once when this process is a worker
 
 
-def shared_worker(preload: Sequence[str] = ()) -> Worker:
-    """The process-wide worker for `preload`, created (not started) once."""
+def become_worker() -> None:
+    """Mark this process as an isolated worker (called once, at its start)."""
+    if not _in_process:
+        _in_process.append(InProcessWorker())
+
+
+def shared_worker(preload: Sequence[str] = ()) -> Worker | InProcessWorker:
+    """The process-wide worker for `preload`, created (not started) once; in a
+    worker process, this process itself."""
+    if _in_process:
+        return _in_process[0]
     key = tuple(preload)
     with _shared_lock:
         if key not in _shared:
@@ -196,8 +244,10 @@ def _close_shared() -> None:
 # ---------------------------------------------------------------- the child
 
 
-def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
-    functions: dict[str, Callable[[dict[str, Any], bytes], bytes]] = {}
+def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
+    """Answer requests until stdin closes. With a `context` (a pool worker's
+    `WorkerContext`), functions are called as `function(header, payload, context)`."""
+    functions: dict[str, Callable[..., bytes]] = {}
     while True:
         frame = _read_exact(stdin, _FRAME.size)
         if frame is None:
@@ -214,25 +264,56 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
             if name not in functions:
                 module, _, attr = name.partition(":")
                 functions[name] = getattr(importlib.import_module(module), attr)
-            reply = functions[name](request.get("header", {}), payload)
+            if context is None:
+                reply = functions[name](request.get("header", {}), payload)
+            else:
+                reply = functions[name](request.get("header", {}), payload, context)
         except Exception as e:  # reported to the parent; the worker stays up
             status, reply_head = 1, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         stdout.write(_STATUS.pack(status) + _FRAME.pack(len(reply_head), len(reply)) + reply_head + reply)
         stdout.flush()
 
 
-def main(argv: list[str]) -> None:
+def prepare_child(preload: Sequence[str], die_with_parent: bool = False) -> BinaryIO:
+    """Common start of every worker child: ignore SIGINT, keep fd 1 for
+    replies only, import (and warm) the preloaded modules. Returns the reply stream.
+    `die_with_parent` is for children whose parent thread lives as long as
+    they are used (pool slots): Linux ties the signal to that thread."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if die_with_parent:
+        _die_with_parent()
     # Replies go to a private copy of stdout; anything else printed to fd 1
     # (by Python or by LLVM) goes to stderr and cannot corrupt the framing.
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    for name in argv:
+    become_worker()
+    for name in preload:
         module = importlib.import_module(name)
         warm = getattr(module, "warm", None)
         if warm is not None:
             warm()
+    return replies
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGKILL when the parent dies, so a killed
+    coordinator leaves no worker behind (elsewhere, stdin closing ends it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent is already gone
+            os._exit(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> None:
+    replies = prepare_child(argv)
     serve(sys.stdin.buffer, replies)
 
 

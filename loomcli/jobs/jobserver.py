@@ -1,0 +1,232 @@
+"""GNU make jobserver client (TOOLCHAIN.md section 6).
+
+Under `make -jN`, `MAKEFLAGS` advertises a token pool: `--jobserver-auth=R,W`
+(or the older `--jobserver-fds=R,W`), two inherited pipe descriptors, or
+`--jobserver-auth=fifo:PATH`, a named pipe. Every process holds one implicit
+slot; each further concurrent job needs a one-byte token read from the pool
+and written back when the job ends.
+
+The inherited pipe description is shared with make and every sibling, so we
+never set `O_NONBLOCK` on it (that would break make's own blocking reads).
+Instead we open `/proc/self/fd/R` (Linux), which gives this process its own
+description of the same pipe, and make that one non-blocking; a FIFO is
+opened by path, also as our own description. Reads then never block while
+holding a lock, and several coordinator threads can wait on one pool.
+
+`TokenGate` is what the pool uses: the implicit slot first, then tokens;
+`release` puts back exactly what `acquire` handed out, on every path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Leave to run one task: the implicit slot, a local one (no jobserver), or a token."""
+
+    token: bytes | None = None
+    implicit: bool = False
+
+
+IMPLICIT = Slot(implicit=True)  # the slot every process owns without a token
+LOCAL = Slot()
+
+
+@dataclass(frozen=True)
+class MakeFlags:
+    auth: str | None  # "R,W" or "fifo:PATH"; the last one given
+    dry_run: bool     # make -n
+
+
+def parse_makeflags(value: str | None) -> MakeFlags:
+    """What `MAKEFLAGS` says about the jobserver and dry runs."""
+    auth = None
+    dry_run = False
+    words = (value or "").split()
+    for i, word in enumerate(words):
+        if word == "--":  # variable assignments follow
+            break
+        if word.startswith("--jobserver-auth=") or word.startswith("--jobserver-fds="):
+            auth = word.partition("=")[2]
+        elif word.startswith("-") and not word.startswith("--"):
+            if "n" in word[1:] and not any(c.isdigit() for c in word[1:]) and "=" not in word:
+                dry_run = True
+        elif i == 0 and "=" not in word:  # GNU make's leading word of one-letter flags, e.g. "ks" or "n"
+            dry_run = dry_run or "n" in word
+    return MakeFlags(auth, dry_run)
+
+
+class JobserverError(Exception):
+    """The advertised jobserver cannot be used (the warning says why)."""
+
+
+class Jobserver:
+    """A connection to make's token pool, through descriptions of our own."""
+
+    def __init__(self, auth: str) -> None:
+        self.auth = auth
+        self.read_fd = -1
+        self.write_fd = -1
+        self._own_write = False
+        if auth.startswith("fifo:"):
+            path = auth[5:]
+            try:
+                self.read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                self.write_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                self._own_write = True
+            except OSError as e:
+                self.close()
+                raise JobserverError(f"cannot open the jobserver FIFO {path}: {e.strerror}") from None
+            return
+        try:
+            r, w = (int(x) for x in auth.split(","))
+        except ValueError:
+            raise JobserverError(f"cannot read --jobserver-auth={auth}") from None
+        if r < 0 or w < 0:
+            raise JobserverError(f"make passed no jobserver descriptors ({auth}); mark the recipe with '+'")
+        for fd in (r, w):
+            try:
+                mode = os.fstat(fd).st_mode
+            except OSError:
+                raise JobserverError(f"jobserver descriptor {fd} is not open; mark the recipe with '+'") from None
+            if not stat.S_ISFIFO(mode):
+                raise JobserverError(f"jobserver descriptor {fd} is not a pipe")
+        try:
+            # Our own open file description of make's pipe: O_NONBLOCK on it
+            # changes nothing for make or the other jobs.
+            self.read_fd = os.open(f"/proc/self/fd/{r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise JobserverError(f"cannot reopen jobserver descriptor {r}: {e.strerror}") from None
+        self.write_fd = w
+
+    def try_take(self) -> bytes | None:
+        """One token if one is free now, else None."""
+        try:
+            data = os.read(self.read_fd, 1)
+        except BlockingIOError:
+            return None
+        except InterruptedError:
+            return None
+        if not data:
+            raise JobserverError("the jobserver pipe was closed")
+        return data
+
+    def put(self, token: bytes) -> None:
+        while True:
+            try:
+                os.write(self.write_fd, token)
+                return
+            except InterruptedError:
+                continue
+            except OSError as e:
+                if e.errno == errno.EAGAIN:
+                    select.select([], [self.write_fd], [])
+                    continue
+                raise
+
+    def close(self) -> None:
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+        if self._own_write and self.write_fd >= 0:
+            os.close(self.write_fd)
+        self.write_fd = -1
+
+
+def connect(environ: dict[str, str] | None = None) -> tuple[Jobserver | None, str | None, bool]:
+    """(jobserver or None, a warning to print once or None, dry run) from `MAKEFLAGS`."""
+    env = os.environ if environ is None else environ
+    flags = parse_makeflags(env.get("MAKEFLAGS"))
+    if flags.auth is None:
+        return None, None, flags.dry_run
+    try:
+        return Jobserver(flags.auth), None, flags.dry_run
+    except JobserverError as e:
+        return None, f"jobserver unusable, building serially: {e}", flags.dry_run
+
+
+class TokenGate:
+    """Bounds running tasks: the implicit slot, then one jobserver token each.
+
+    Without a jobserver the gate admits `limit` at once. `acquire` blocks
+    until a slot is free or `cancel()` was called (then it returns None);
+    `release` returns exactly what `acquire` gave. Safe for many threads.
+    """
+
+    def __init__(self, jobserver: Jobserver | None, limit: int) -> None:
+        self.jobserver = jobserver
+        self.limit = max(1, limit)
+        self._lock = threading.Lock()
+        self._held = 0            # slots held, the implicit one included
+        self._implicit_free = True
+        self._cancelled = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.tokens_taken = 0     # tokens read from make in total (for tests and traces)
+
+    def acquire(self) -> Slot | None:
+        while True:
+            with self._lock:
+                if self._cancelled:
+                    return None
+                room = self._held < self.limit
+                if room:
+                    if self._implicit_free:
+                        self._implicit_free = False
+                        self._held += 1
+                        return IMPLICIT
+                    if self.jobserver is None:
+                        self._held += 1
+                        return LOCAL
+                    token = self.jobserver.try_take()
+                    if token is not None:
+                        self._held += 1
+                        self.tokens_taken += 1
+                        return Slot(token)
+            # Wait for a released slot, or (with room under the limit) for a token.
+            fds = [self._wake_r] + ([self.jobserver.read_fd] if room and self.jobserver is not None else [])
+            select.select(fds, [], [])
+            self._drain_wake()
+
+    def release(self, slot: Slot | None) -> None:
+        if slot is None:
+            return
+        with self._lock:
+            self._held -= 1
+            if slot.implicit:
+                self._implicit_free = True
+            elif slot.token is not None and self.jobserver is not None:
+                self.jobserver.put(slot.token)
+        self._wake()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"w")
+        except BlockingIOError:
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1

@@ -1,0 +1,165 @@
+"""One compile session as `loom compile` and `loom build` run it: settings
+read once (`-j`, `LOOM_JOBS`, `MAKEFLAGS`, the cache), a sink chosen for the
+amount of work (in this process for one task, the warm pool for more), every
+task timed for `--trace`, and a teardown that returns every jobserver token
+and leaves no process behind on success, failure, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from loomcli.cache import Cache, open_cache
+from loomcli.errors import atomic_write
+from loomcli.jobs.compile import CompileService
+from loomcli.jobs.jobserver import Jobserver, TokenGate, connect
+from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
+from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
+
+
+class TimedInline(InlineExecutor):
+    """`InlineExecutor` that records a `TaskEvent` per task and holds the implicit slot meanwhile."""
+
+    def __init__(self, gate: TokenGate, on_event: Callable[[TaskEvent], None] | None = None) -> None:
+        super().__init__()
+        self.gate = gate
+        self.events: list[TaskEvent] = []
+        self.on_event = on_event
+
+    def submit(self, task: Task) -> Future[TaskResult]:
+        slot = self.gate.acquire()
+        start = time.time_ns()
+        try:
+            future = super().submit(task)
+        finally:
+            self.gate.release(slot)
+        end = time.time_ns()
+        event = TaskEvent(task.label or task.function, 0, os.getpid(), start // 1000, max(1, (end - start) // 1000),
+                          future.result().status)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+        return future
+
+
+@dataclass
+class Session:
+    service: CompileService
+    cache: Cache | None
+    jobs: int
+    dry_run: bool
+    jobserver: Jobserver | None
+    gate: TokenGate
+    sink: TimedInline | WorkerPool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[TaskEvent]:
+        return self.sink.events
+
+
+def preload_for(targets: list[str]) -> tuple[str, ...]:
+    """Modules a worker prepares before its first task: the compile entry
+    point, and LLVM when an AMDGPU target is built."""
+    mods = ["loomcli.jobs.compile"]
+    if any(t.startswith("amdgpu") for t in targets):
+        mods.append("loomcli.emit.llvm.codegen")
+    return tuple(mods)
+
+
+@contextlib.contextmanager
+def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_cache: bool = False,
+                    warn: Callable[[str], None] | None = None, trace_path: str | None = None,
+                    on_event: Callable[[TaskEvent], None] | None = None,
+                    on_start: Callable[[Task, int], None] | None = None) -> Iterator[Session]:
+    """A session with a sink sized for `tasks_hint` tasks (see the module docstring)."""
+    warned: list[str] = []
+
+    def say(message: str) -> None:
+        warned.append(message)
+        if warn is not None:
+            warn(message)
+
+    explicit = jobs
+    n = resolve_jobs(jobs)
+    jobserver, problem, dry_run = connect()
+    if problem is not None:
+        say(problem)
+        n = 1  # an advertised but unusable jobserver: serial work
+    elif jobserver is not None and explicit is None:
+        n = resolve_jobs(None)  # the tokens bound concurrency; -j only caps the workers
+    cache = open_cache(no_cache, warn=say)
+    width = max(1, min(n, tasks_hint))
+    gate = TokenGate(jobserver, width)
+    sink: TimedInline | WorkerPool
+    if width <= 1:
+        sink = TimedInline(gate, on_event)
+    else:
+        sink = WorkerPool(width, preload_for(targets), gate, on_event=on_event, on_start=on_start)
+    session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
+    interrupted = False
+    with _sigterm_as_interrupt():
+        try:
+            yield session
+        except BaseException:
+            interrupted = True
+            raise
+        finally:
+            if isinstance(sink, WorkerPool):
+                sink.close(cancel=interrupted)
+            else:
+                sink.close()
+            gate.close()
+            if jobserver is not None:
+                jobserver.close()
+            if cache is not None:
+                cache.record_totals()
+                if not interrupted:
+                    _prune_if_large(cache)
+            if trace_path is not None:
+                write_trace(trace_path, sink.events)
+
+
+def _prune_if_large(cache: Cache) -> None:
+    if cache.stats.stores:
+        _, size = cache.usage()
+        if size > cache.max_size:
+            cache.prune()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the Ctrl-C path (drain, return tokens, exit 130-ish) while a session runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def write_trace(path: str, events: list[TaskEvent]) -> None:
+    """Chrome trace-event JSON (Perfetto opens it): one complete ("X") event
+    per compile task, microseconds since the Unix epoch, pid/tid per worker."""
+    doc = {"traceEvents": [
+        {"name": e.label, "cat": "compile", "ph": "X", "ts": e.start_us, "dur": e.dur_us, "pid": e.pid,
+         "tid": e.worker, "args": {"status": e.status}}
+        for e in sorted(events, key=lambda e: (e.start_us, e.worker))
+    ], "displayTimeUnit": "ms"}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())

@@ -1,0 +1,102 @@
+"""The GNU make jobserver client: MAKEFLAGS, tokens taken and returned, and
+never O_NONBLOCK on an inherited description."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from loomcli.jobs.jobserver import IMPLICIT, Jobserver, TokenGate, connect, parse_makeflags
+
+
+@pytest.mark.parametrize("flags,auth,dry", [
+    ("", None, False),
+    (" -j3 --jobserver-auth=3,4", "3,4", False),
+    ("n -j3 --jobserver-auth=3,4", "3,4", True),
+    ("-n --jobserver-fds=5,6", "5,6", True),
+    ("k -j --jobserver-fds=5,6 --jobserver-auth=fifo:/tmp/x", "fifo:/tmp/x", False),
+    ("--jobserver-auth=fifo:/a --jobserver-auth=7,8", "7,8", False),
+    ("ks -j2 --jobserver-auth=3,4 -- CC=gcc --jobserver-auth=9,9", "3,4", False),
+])
+def test_makeflags(flags: str, auth: str | None, dry: bool) -> None:
+    parsed = parse_makeflags(flags)
+    assert (parsed.auth, parsed.dry_run) == (auth, dry)
+
+
+def pipe_with_tokens(n: int) -> tuple[int, int]:
+    r, w = os.pipe()
+    os.write(w, b"+" * n)
+    return r, w
+
+
+def test_tokens_are_taken_and_all_returned() -> None:
+    r, w = pipe_with_tokens(2)
+    before = fcntl.fcntl(r, fcntl.F_GETFL)
+    js, warning, _ = connect({"MAKEFLAGS": f" -j3 --jobserver-auth={r},{w}"})
+    assert js is not None and warning is None
+    assert fcntl.fcntl(r, fcntl.F_GETFL) == before and not before & os.O_NONBLOCK
+    gate = TokenGate(js, 8)
+    slots = [gate.acquire() for _ in range(3)]
+    assert slots[0] == IMPLICIT and [s.token for s in slots[1:]] == [b"+", b"+"]
+    # A fourth task waits for a slot; cancelling lets it go without one.
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(gate.acquire()))
+    waiter.start()
+    gate.release(slots[1])
+    waiter.join()
+    assert got[0] is not None and got[0].token == b"+"
+    for s in [slots[0], slots[2], got[0]]:
+        gate.release(s)
+    gate.close()
+    js.close()
+    os.set_blocking(r, False)
+    assert os.read(r, 16) == b"++"  # exactly the two tokens are back in make's pipe
+    os.close(r)
+    os.close(w)
+
+
+def test_cancel_releases_a_waiting_acquire() -> None:
+    r, w = pipe_with_tokens(0)
+    js = Jobserver(f"{r},{w}")
+    gate = TokenGate(js, 4)
+    assert gate.acquire() == IMPLICIT
+    got: list[object] = ["unset"]
+    waiter = threading.Thread(target=lambda: got.__setitem__(0, gate.acquire()))
+    waiter.start()
+    gate.cancel()
+    waiter.join()
+    assert got[0] is None
+    gate.close()
+    js.close()
+    os.close(r)
+    os.close(w)
+
+
+def test_fifo_jobserver(tmp_path: Path) -> None:
+    fifo = tmp_path / "jobs"
+    os.mkfifo(fifo)
+    keep = os.open(fifo, os.O_RDWR)  # the server's end keeps the FIFO open
+    os.write(keep, b"ab")
+    js, warning, _ = connect({"MAKEFLAGS": f"-j3 --jobserver-auth=fifo:{fifo}"})
+    assert js is not None and warning is None
+    gate = TokenGate(js, 3)
+    slots = [gate.acquire() for _ in range(3)]
+    assert sorted(s.token for s in slots[1:]) == [b"a", b"b"]
+    for s in slots:
+        gate.release(s)
+    gate.close()
+    js.close()
+    os.set_blocking(keep, False)
+    assert sorted(os.read(keep, 16)) == sorted(b"ab")
+    os.close(keep)
+
+
+@pytest.mark.parametrize("makeflags", ["-j2 --jobserver-auth=998,999", "-j2 --jobserver-auth=-2,-2",
+                                       "-j2 --jobserver-auth=fifo:/nonexistent/jobs", "-j2 --jobserver-auth=x"])
+def test_an_unusable_jobserver_is_one_warning(makeflags: str) -> None:
+    js, warning, _ = connect({"MAKEFLAGS": makeflags})
+    assert js is None and warning is not None and "serially" in warning

@@ -1,0 +1,177 @@
+"""The worker pool and the compile entry point: ordinals, scratch, crashes,
+cancellation without orphans, and one request compiled inline, in the pool
+and from the cache with identical bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from loomcli.cache import Cache
+from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
+from loomcli.jobs.jobserver import TokenGate
+from loomcli.jobs.pool import WorkerPool, resolve_jobs
+from loomcli.jobs.tasks import InlineExecutor, Task
+from loomcli.pipeline import CompileOptions, front_end
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = str(Path(__file__).resolve().parent / "data" / "pool")
+
+
+@pytest.fixture
+def task_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", TASKS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def saxpy_request(target: str, fmt: str) -> CompileRequest:
+    from loomcli.bytecode import write_module
+
+    front = front_end(CompileOptions(input=str(ROOT / "samples" / "saxpy.loom")))
+    return CompileRequest(module=write_module(front.module), target=target, format=fmt, launch_config=True,
+                          manifest=True, artifact_name="saxpy" + (".spv" if fmt == "spirv-binary" else ".hsaco"),
+                          launch_config_name="saxpy.launch.loombc")
+
+
+def test_ordinals_are_dense_and_scratch_is_private(task_path: None) -> None:
+    with WorkerPool(2, preload=("pool_tasks",)) as pool:
+        futures = [pool.submit(Task("pool_tasks:echo", {"i": i}, str(i).encode(), f"t{i}")) for i in range(8)]
+        replies = [json.loads(f.result().value) for f in futures]
+    assert [r["payload"] for r in replies] == [str(i) for i in range(8)]
+    assert {r["ordinal"] for r in replies} <= {0, 1}
+    assert all(r["scratch"] for r in replies)
+    by_ordinal: dict[int, set[int]] = {}
+    for r in replies:
+        by_ordinal.setdefault(r["ordinal"], set()).add(r["pid"])
+    assert all(len(pids) == 1 for pids in by_ordinal.values())  # one warm process per slot
+    assert not any(alive(pid) for pids in by_ordinal.values() for pid in pids)
+    assert len(pool.events) == 8 and all(e.status == "ok" for e in pool.events)
+
+
+@pytest.mark.parametrize("function", ["pool_tasks:die", "pool_tasks:abort"])
+def test_a_dying_worker_fails_only_its_task_and_is_replaced(task_path: None, function: str) -> None:
+    with WorkerPool(1) as pool:
+        first = json.loads(pool.submit(Task("pool_tasks:echo")).result().value)
+        dead = pool.submit(Task(function)).result()
+        after = pool.submit(Task("pool_tasks:echo")).result()
+    assert dead.status == "crashed" and "worker 0 died" in dead.message
+    assert after.ok and json.loads(after.value)["pid"] != first["pid"]
+    assert not alive(first["pid"])
+
+
+def test_a_raising_function_is_a_status_not_an_exception(task_path: None) -> None:
+    with WorkerPool(1) as pool:
+        result = pool.submit(Task("pool_tasks:fail")).result()
+    assert result.status == "raised" and "ValueError: bad request" in result.message
+
+
+def test_cancel_drains_kills_and_leaves_no_process(task_path: None, tmp_path: Path) -> None:
+    pool = WorkerPool(2)
+    release = tmp_path / "release"
+    started = [tmp_path / f"started-{i}" for i in range(5)]
+    futures = [pool.submit(Task("pool_tasks:wait_for", {"started": str(s), "release": str(release)}))
+               for s in started]
+    while sum(s.exists() for s in started) < 2:  # both slots are busy; three tasks queue behind them
+        threading.Event().wait(0.01)
+    pids = [w.pid for w in pool._workers]
+    pool.close(cancel=True)
+    statuses = [f.result().status for f in futures]
+    assert statuses.count("cancelled") == 5
+    assert sum(s.exists() for s in started) == 2
+    assert not any(pid is not None and alive(pid) for pid in pids)
+    assert threading.active_count() == 1 or all(not t.name.startswith("loom-slot") for t in threading.enumerate())
+
+
+def test_running_tasks_never_exceed_the_gate(task_path: None) -> None:
+    running = [0]
+    peak = [0]
+    lock = threading.Lock()
+
+    def start(task: Task, ordinal: int) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+
+    def end(event: object) -> None:
+        with lock:
+            running[0] -= 1
+
+    gate = TokenGate(None, 2)
+    with WorkerPool(4, gate=gate, on_start=start, on_event=end) as pool:
+        results = [f.result() for f in [pool.submit(Task("pool_tasks:echo")) for _ in range(12)]]
+    gate.close()
+    assert all(r.ok for r in results)
+    assert 1 <= peak[0] <= 2
+
+
+def test_jobs_come_from_the_flag_then_loom_jobs() -> None:
+    assert resolve_jobs(3, {"LOOM_JOBS": "7"}) == 3
+    assert resolve_jobs(None, {"LOOM_JOBS": "7"}) == 7
+    assert resolve_jobs(None, {}) >= 1
+    from loomcli.errors import UsageError
+
+    for bad in ("0", "many"):
+        with pytest.raises(UsageError):
+            resolve_jobs(None, {"LOOM_JOBS": bad})
+
+
+@pytest.mark.parametrize("target,fmt,magic", [("amdgpu:gfx1100", "amdgpu-hsaco", b"\x7fELF"),
+                                               ("spirv:vulkan1.3", "spirv-binary", b"\x03\x02\x23\x07")])
+def test_one_request_inline_in_the_pool_and_from_the_cache(tmp_path: Path, target: str, fmt: str,
+                                                           magic: bytes) -> None:
+    request = saxpy_request(target, fmt)
+    direct = compile_request(request)
+    assert direct.ok and direct.artifact.startswith(magic)
+    assert json.loads(direct.manifest)["kernels"][0]["launch_config"] == "saxpy.launch.loombc"
+    inline = InlineExecutor()
+    try:
+        service = CompileService(inline)
+        via_inline = service.submit(request).result()
+    finally:
+        inline.close()
+    cache = Cache(str(tmp_path / "cache"))
+    with WorkerPool(2, preload=("loomcli.jobs.compile",)) as pool:
+        service = CompileService(pool, cache)
+        via_pool = service.submit(request).result()
+        assert service.compiled == 1 and service.hits == 0
+        from_cache = service.submit(request).result()
+        assert service.compiled == 1 and service.hits == 1  # a hit creates no task
+    assert len(pool.events) == 1
+    for other in (via_inline, via_pool, from_cache):
+        assert (other.artifact, other.launch_config, other.manifest) == \
+               (direct.artifact, direct.launch_config, direct.manifest)
+
+
+def test_outcomes_keep_status_apart_from_diagnostics() -> None:
+    bad = CompileRequest(module=b"kernel.def export(\"k\") @k() {\n", target="spirv:vulkan1.3", format="spirv-binary")
+    outcome = compile_request(bad)
+    assert outcome.status == "failed" and outcome.diagnostics and outcome.diagnostics[0].code.startswith("PARSE")
+    assert CompileOutcome.decode(outcome.encode()) == outcome
+    no_target = compile_request(CompileRequest(module=b"", format="amdgpu-hsaco"))
+    assert no_target.status == "error" and no_target.exit_code == 2
+    for broken in (b"", b"LOOMOUT\x01\xff\xff\xff\xff", outcome.encode()[:-3] + b"}"):
+        with pytest.raises(ValueError):
+            CompileOutcome.decode(broken)
+
+
+def test_the_key_covers_what_changes_bytes_and_not_the_path() -> None:
+    base = saxpy_request("amdgpu:gfx1100", "amdgpu-hsaco")
+    from dataclasses import replace
+
+    assert cache_key(base) == cache_key(replace(base, path="elsewhere/saxpy.loom"))
+    changed = [replace(base, target="amdgpu:gfx942"), replace(base, pipeline="none"),
+               replace(base, config=(("a", "1"),)), replace(base, manifest=False),
+               replace(base, artifact_name="other.hsaco"), replace(base, module=base.module + b" ")]
+    keys = {cache_key(r) for r in changed}
+    assert len(keys) == len(changed) and cache_key(base) not in keys
