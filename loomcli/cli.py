@@ -16,6 +16,8 @@ from loomcli import __version__
 
 # name -> "module:function"; the module is imported only when the command runs.
 COMMANDS: dict[str, str] = {
+    "build": "loomcli.commands.build:build",
+    "cache": "loomcli.commands.cache:cache",
     "compile": "loomcli.commands.compile:compile",
     "emit": "loomcli.commands.emit:emit",
     "fmt": "loomcli.commands.fmt:fmt",
@@ -51,6 +53,8 @@ class LazyGroup(click.Group):
 
 
 SUMMARIES = {
+    "build": "Build a loom.toml project: libraries, kernel sets, commands, every target; --package.",
+    "cache": "Inspect or trim the compile cache (stats, clear, prune, path).",
     "compile": "Compile a module: link, bind config, select templates, run passes, emit.",
     "emit": "Emit a target artifact (.hsaco, .spv, .ll, .s) from a compiled module.",
     "fmt": "Check, rewrite or convert Loom text and bytecode.",

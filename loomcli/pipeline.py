@@ -14,9 +14,10 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.core import Module
 from loomcli.ir.gcpause import gc_paused
-from loomcli.link.config import BindingCollector, ConfigBindings, bind_module
+from loomcli.link.config import BindingCollector
 from loomcli.link.index import LinkIndex
 from loomcli.link.linker import LinkResult, link
+from loomcli.passes.bind import ConfigBindings, bind_module
 from loomcli.targets.profiles import Profile
 
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from loomcli.emit import abi
 from loomcli.emit.amdgpu import codegen, emit_amdgpu, lower
 from loomcli.emit.amdgpu import elf as E
 from loomcli.emit.amdgpu.manifest import code_object_metadata, kernel_metadata
@@ -34,6 +33,7 @@ from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.errors import LoomError
 from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.targets import abi
 from loomcli.targets.profiles import AMDGPU_CHIPS, parse_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -552,14 +552,14 @@ def jit_function(source: str, name: str = "f") -> Any:
 def _values(name: str, rng: random.Random) -> list[int]:
     """Interesting bit patterns of a type, then random ones."""
     from loomcli.ir.types import SCALAR_TYPES
-    from loomcli.passes.fold import float_bits
+    from loomcli.semantics.fold import float_bits
 
     bits = _BITS[name]
     if name.startswith("f") or name == "bf16":
         t = SCALAR_TYPES[name]
         special = [0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 3.0, 1e-3, 65504.0, 1e30, -1e30, 1e-40, math.inf,
                    -math.inf, math.nan, 0.1, 7.0, 1e300, 5e-324, 3.4e38]
-        from loomcli.passes.fold import round_float
+        from loomcli.semantics.fold import round_float
 
         pats = [float_bits(t, round_float(t, x)) for x in special]
     else:
@@ -573,7 +573,7 @@ def _values(name: str, rng: random.Random) -> list[int]:
 
 def _constant(name: str, pat: int) -> Any:
     from loomcli.ir.types import SCALAR_TYPES
-    from loomcli.passes.fold import float_from_bits, from_pattern, signed
+    from loomcli.semantics.fold import float_from_bits, from_pattern, signed
 
     t = SCALAR_TYPES[name]
     if name.startswith("f") or name == "bf16":
@@ -587,7 +587,7 @@ def _constant(name: str, pat: int) -> Any:
 
 def _pattern(name: str, value: Any) -> int | None:
     from loomcli.ir.types import SCALAR_TYPES
-    from loomcli.passes.fold import float_bits, pattern
+    from loomcli.semantics.fold import float_bits, pattern
 
     if name.startswith("f") or name == "bf16":
         return None if math.isnan(value) else float_bits(SCALAR_TYPES[name], value)
@@ -603,7 +603,7 @@ def check_against_folder(op_text: str, operand_types: list[str], result_type: st
     LANGUAGE.md allows; the folder orders -0 < +0 there."""
     from loomcli.frontend import parse_text
     from loomcli.ir.types import SCALAR_TYPES
-    from loomcli.passes.fold import UndefinedBehavior, float_from_bits, fold_op
+    from loomcli.semantics.fold import UndefinedBehavior, float_from_bits, fold_op
 
     params = ", ".join(f"%a{k}: {t}" for k, t in enumerate(operand_types))
     src = (f"func.def device @f({params}) -> ({result_type}) {{\n  %r = {op_text}\n"

@@ -19,9 +19,10 @@ import pytest
 
 from loomcli.bytecode import read_module, write_module
 from loomcli.diagnostics import CompileError
+from loomcli.emit.launch_config import build_launch_config, launch_module
 from loomcli.frontend import parse_text
 from loomcli.ir.verifier import verify
-from loomcli.launch import LaunchProgram, build_launch_config, evaluate, launch_module
+from loomcli.launch import LaunchProgram, evaluate
 from loomcli.pipeline import CompileOptions, compile_module
 from loomcli.targets.profiles import parse_target
 from loomcli.text.printer import print_module
@@ -409,7 +410,7 @@ def test_start_up_imports_nothing_heavy(grid_artifact: Path) -> None:
             f"try:\n    main(['launch-eval', {str(grid_artifact)!r}, '@workload_grid', '1009'])\n"
             "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'rich', 'vulkan')\n"
-            "    or m.startswith(('loomcli.emit', 'loomcli.launch.build', 'loomcli.targets.checks', 'loomcli.link',\n"
+            "    or m.startswith(('loomcli.emit', 'loomcli.passes', 'loomcli.targets.checks', 'loomcli.link',\n"
             "                     'loomcli.pipeline', 'loomcli.text', 'loomcli.jobs', 'concurrent')))\n"
             "assert not heavy, heavy\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -26,8 +26,8 @@ from loomcli.frontend import parse_text
 from loomcli.ir.types import BF16, F16, F32, F64
 from loomcli.ir.verifier import verify
 from loomcli.passes import DEFAULT_PIPELINE, PassContext, parse_pipeline, pass_names
-from loomcli.passes.evaluate import Evaluator, NotEvaluable, UndefinedBehavior, evaluate_function
-from loomcli.passes.fold import FOLDERS, canonical, fold_values, round_exact, round_float, same_value
+from loomcli.semantics.evaluate import Evaluator, NotEvaluable, UndefinedBehavior, evaluate_function
+from loomcli.semantics.fold import FOLDERS, canonical, fold_values, round_exact, round_float, same_value
 from loomcli.text.printer import print_module
 
 ROOT = Path(__file__).resolve().parent.parent

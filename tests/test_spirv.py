@@ -1,6 +1,6 @@
 """The SPIR-V emitter: validation with spirv-val, determinism, TARGET
 diagnostics, manifest facts, and execution on a Vulkan device (lavapipe on
-CPU-only machines) against Python reference semantics (loomcli.passes.fold).
+CPU-only machines) against Python reference semantics (loomcli.semantics.fold).
 
 spirv-val tests skip only when /usr/bin/spirv-val (or spirv-val on PATH) is
 missing; execution tests skip when no Vulkan device is usable.
@@ -23,8 +23,8 @@ import pytest
 from loomcli.diagnostics import CompileError
 from loomcli.emit import Artifact
 from loomcli.emit.spirv import disassemble, emit_spirv
-from loomcli.passes import fold
 from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.semantics import fold
 from loomcli.targets.profiles import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -667,7 +667,7 @@ kernel.def target(@vk) export("k") @k() {
   kernel.return
 }
 """)
-    from loomcli.emit.abi import exported_kernels, workgroup_storage_bytes
+    from loomcli.targets.abi import exported_kernels, workgroup_storage_bytes
 
     profile = parse_target("spirv:vulkan1.3")
     module = compile_module(CompileOptions(input=str(src), profile=profile)).module

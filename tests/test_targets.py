@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from loomcli.diagnostics import CompileError
+from loomcli.emit.launch_config import launch_module
 from loomcli.frontend import parse_text
 from loomcli.ir.core import Module, Operation
-from loomcli.launch import launch_module
 from loomcli.targets.checks import check_kernel, profile_for
 from loomcli.targets.profiles import (
     AMDGPU_CHIPS,
@@ -202,7 +202,8 @@ def test_profile_for_pinned_and_unpinned_roots() -> None:
 
 
 def test_pinned_record_overrides_reach_the_contract() -> None:
-    from loomcli.launch import build_launch_config, evaluate
+    from loomcli.emit.launch_config import build_launch_config
+    from loomcli.launch import evaluate
 
     module = parse_text(PINNED, "p.loom")
     data = build_launch_config(module, parse_target("gfx1100"))

@@ -3,7 +3,7 @@
 A case runs once per *sample*: one choice for each `check.param.choice`, the
 Cartesian product in source order, first parameter slowest. Its ops run in
 order on host values: integers and floats for scalars (canonical values of
-`loomcli.passes.fold`, so host code and folding agree), `Tensor`s for
+`loomcli.semantics.fold`, so host code and folding agree), `Tensor`s for
 `tensor<...>` values. Pure ops, `scf.*` and host calls run through the
 constant `Evaluator`; `kernel.launch` goes to a `Launcher` (a device), which
 updates the tensors it was given in place so later ops see the writes.
@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Value
 from loomcli.ir.types import BF16, F16, ScalarType, ShapedType, Type, is_float
-from loomcli.passes.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
-from loomcli.passes.fold import canonical, float_bits, float_from_bits, round_exact, round_float
+from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
+from loomcli.semantics.fold import canonical, float_bits, float_from_bits, round_exact, round_float
 
 # Host programs may loop over many launches; they get more steps than folding.
 CASE_MAX_STEPS = 100 * MAX_STEPS

@@ -15,7 +15,7 @@ a scope only when all of them wait at the same op, else EXEC/002
 functions (no generator), so the common straight-line code is cheap.
 
 Each op is compiled once into a closure `fn(inv, env) -> results`; pure ops
-run through the folders of `loomcli.passes.fold` (the `Evaluator`'s
+run through the folders of `loomcli.semantics.fold` (the `Evaluator`'s
 semantics), constants and `config.get` are folded ahead of time. UB raises
 `UndefinedBehavior` (EXEC/002), a bad access `OutOfBounds` (EXEC/001), both
 reported at the op's location and failing the sample.
@@ -33,8 +33,8 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import OPS
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, INDEX, OFFSET, ScalarType, ShapedType, is_float
-from loomcli.passes.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
-from loomcli.passes.fold import (
+from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
+from loomcli.semantics.fold import (
     CONSTANT_OPS,
     FOLDERS,
     canonical,

@@ -22,11 +22,11 @@ from typing import Any
 from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.check.vulkan import Buffer, DeviceError, Pipeline, VulkanRunner
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.emit.abi import KernelABI, Param, export_name, exported_kernels, kernel_abi
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BF16, F16
 from loomcli.launch.program import LaunchFunction, LaunchProgram
-from loomcli.passes.fold import float_bits, pattern, signed
+from loomcli.semantics.fold import float_bits, pattern, signed
+from loomcli.targets.abi import KernelABI, Param, export_name, exported_kernels, kernel_abi
 from loomcli.targets.profiles import Profile
 
 # Benchmarks: at least this many timed runs, more while under the time budget.
@@ -50,12 +50,13 @@ class Program:
 
     @classmethod
     def build(cls, module: Module, profile: Profile, spirv: bytes,
-              manifest: Sequence[dict[str, Any]] = ()) -> Program:
+              manifest: Sequence[dict[str, Any]] = (), *, target_checked: bool = False) -> Program:
         """`module` compiled for `profile`; `spirv` and `manifest` (the artifact's
-        kernel entries) emitted from it. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
-        from loomcli.launch.build import launch_module
+        kernel entries) emitted from it; `target_checked`: emitted through the
+        gateway, which ran the TARGET checks. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
+        from loomcli.emit.launch_config import launch_module
 
-        launches = LaunchProgram(launch_module(module, profile))
+        launches = LaunchProgram(launch_module(module, profile, target_checked=target_checked))
         by_export = {k.get("export"): k for k in manifest}
         kernels = {}
         for op in exported_kernels(module):

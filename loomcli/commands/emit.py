@@ -22,8 +22,7 @@ FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
 def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, launch_path: str | None,
          manifest_path: str | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Emit a target artifact from a compiled module (`loom compile -o X.loombc`)."""
-    from loomcli.emit.artifacts import emit as emit_artifact
-    from loomcli.emit.artifacts import format_for, launch_config, manifest
+    from loomcli.emit.artifacts import Emission, format_for, manifest
     from loomcli.frontend import load_module
     from loomcli.pipeline import compiled_target
     from loomcli.targets.profiles import parse_target
@@ -40,15 +39,16 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
         raise UsageError(f"{compiled_path} was compiled for {recorded}, not {profile.name}")
     if recorded is None:
         # A target-independent module still needs final selection and the pipeline for this target.
-        from loomcli.link.config import ConfigBindings
+        from loomcli.passes.bind import ConfigBindings
         from loomcli.passes.pipeline import parse_pipeline
         from loomcli.pipeline import FrontEnd, specialize
 
         module = specialize(FrontEnd(module, ConfigBindings({}), parse_pipeline("default"), [], []), profile).module
-    artifact = emit_artifact(module, profile, kind)
+    emission = Emission(module, profile)  # TARGET checks once, for both outputs
+    artifact = emission.artifact(kind)
     writes = [(output, artifact.data)]
     if launch_path:
-        writes.append((launch_path, launch_config(module, profile)))
+        writes.append((launch_path, emission.launch_config()))
     if manifest_path:
         writes.append((manifest_path, manifest(artifact, os.path.basename(output),
                                                os.path.basename(launch_path) if launch_path else None)))

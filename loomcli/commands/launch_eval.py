@@ -92,8 +92,8 @@ def _from_artifact(data: bytes, shown: str, name: str, workload: tuple[str, ...]
 def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: tuple[str, ...], target: str,
                  config_pairs: tuple[str, ...], config_files: tuple[str, ...], libraries: tuple[str, ...],
                  printer: DiagnosticPrinter, quiet: bool) -> Launch:
+    from loomcli.emit.launch_config import launch_module
     from loomcli.frontend import is_bytecode, load_bytes
-    from loomcli.launch.build import launch_module
     from loomcli.launch.program import COMMAND_LINE, LaunchProgram, entry_name
     from loomcli.pipeline import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target

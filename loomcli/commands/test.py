@@ -21,22 +21,14 @@ times the samples `check.benchmark`s select:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from loomcli.driver import EXIT_COMPILE, EXIT_ENV, DiagnosticPrinter, LoomError, UsageError, diagnostics_option
+from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, diagnostics_option
 
 if TYPE_CHECKING:
-    from loomcli.check.cases import SampleResult
-    from loomcli.check.interpreter import InterpreterLauncher
-    from loomcli.check.launch import Program, Timing, VulkanLauncher
-    from loomcli.check.vulkan import VulkanRunner
     from loomcli.diagnostics import Diagnostic
-    from loomcli.ir.core import Module, Operation
-    from loomcli.targets.profiles import Profile
-
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,17 +51,19 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
         bench = ""
     if not files:
         raise UsageError("loom test needs at least one FILE")
-    runner = None if device == "interpreter" else _open_device(device)
+    from loomcli.check.session import Session, interpreter_profile, open_device, vulkan_profile
+
+    runner = None if device == "interpreter" else open_device(device)
     try:
         if runner is None:
-            profile = _interpreter_profile(target)
+            profile = interpreter_profile(target)
             if verbose:
                 click.echo(f"loom test: reference interpreter, profile {profile.name}", err=True)
         else:
-            profile = _profile(target, runner)
+            profile = vulkan_profile(target, runner)
             if verbose:
                 click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
-        session = Session(runner, profile, DiagnosticPrinter(diagnostics_format), quiet)
+        session = Session(runner, profile, _ClickReporter(DiagnosticPrinter(diagnostics_format)), quiet)
         session.run(files, [c.removeprefix("@") for c in cases],
                     None if bench is None else bench.removeprefix("@"))
     finally:
@@ -80,197 +74,13 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
     return EXIT_COMPILE if session.failed or session.errors else 0
 
 
-def _open_device(device: str) -> VulkanRunner | None:
-    """The Vulkan runner; None (the interpreter) when `auto` finds no usable device."""
-    from loomcli.check.vulkan import VulkanRunner, VulkanUnavailable
-
-    try:
-        return VulkanRunner()
-    except VulkanUnavailable:
-        if device == "auto":
-            return None
-        raise
-
-
-def _interpreter_profile(target: str | None) -> Profile:
-    """17.32: the reference profile unless `--target` names one."""
-    from loomcli.targets.profiles import REFERENCE, parse_target
-
-    return REFERENCE if target is None else parse_target(target)
-
-
-def _profile(target: str | None, runner: VulkanRunner) -> Profile:
-    from loomcli.targets.profiles import VULKAN_ENVS, parse_target
-
-    profile = parse_target(target or f"spirv:{runner.info.vulkan_env}")
-    if profile.family != "spirv":
-        raise UsageError(f"loom test runs SPIR-V on Vulkan; --target {target} is not a spirv:vulkan1.x target")
-    if VULKAN_ENVS.index(profile.selector) > VULKAN_ENVS.index(runner.info.vulkan_env):
-        raise LoomError(f"--target {profile.name} needs Vulkan {profile.selector[len('vulkan'):]}; "
-                        f"{runner.info.describe()} runs {runner.info.vulkan_env}", EXIT_ENV)
-    return profile
-
-
-@dataclass
-class FileCases:
-    path: str
-    module: Module
-    cases: list[Operation]
-    failed_cases: set[str] = field(default_factory=set)
-    program: Program | None = None      # None: the cases launch no kernel
-    interpreter: InterpreterLauncher | None = None     # --device interpreter: the compiled kernels
-
-
-class Session:
-    """One `loom test` run: compiles, runs and reports every file's cases."""
-
-    def __init__(self, runner: VulkanRunner | None, profile: Profile, printer: DiagnosticPrinter, quiet: bool) -> None:
-        self.runner = runner
-        self.profile = profile
+class _ClickReporter:
+    def __init__(self, printer: DiagnosticPrinter) -> None:
         self.printer = printer
-        self.quiet = quiet
-        self.passed = 0
-        self.failed = 0
-        self.errors = 0
 
-    def run(self, paths: tuple[str, ...], case_names: list[str], bench: str | None) -> None:
-        from loomcli.diagnostics import CompileError
-        from loomcli.frontend import display_path, load_module
+    def line(self, text: str) -> None:
+        click.echo(text)
 
-        loaded: list[FileCases] = []
-        for path in paths:
-            try:
-                module = load_module(path)
-            except CompileError as e:
-                self.printer.emit(e.diagnostics)
-                self.errors += 1
-                continue
-            cases = [op for op in module.ops if op.name == "check.case"
-                     and (not case_names or op.attrs["sym"] in case_names)]
-            loaded.append(FileCases(display_path(path), module, cases))
-        found = {op.attrs["sym"] for f in loaded for op in f.cases}
-        missing = [c for c in case_names if c not in found]
-        if missing and not self.errors:
-            raise UsageError(f"no check.case @{missing[0]} in {', '.join(paths)}")
-        benches = self._benchmarks(loaded, bench)
-        for f in loaded:
-            self._run_file(f)
-        for f, mark in benches:
-            self._bench(f, mark)
-
-    def _run_file(self, f: FileCases) -> None:
-        from loomcli.check.cases import CaseRunner
-        from loomcli.diagnostics import CompileError
-
-        try:
-            f.program = self._program(f)
-        except CompileError as e:
-            self.printer.emit(e.diagnostics)
-            for case in f.cases:
-                self._report(case.attrs["sym"], "", False)
-                f.failed_cases.add(case.attrs["sym"])
-            self.failed += len(f.cases)
-            return
-        runner = CaseRunner(f.module, self._launcher(f), path=f.path)
-        for case in f.cases:
-            ok = True
-            for result in runner.run_case(case):
-                ok &= result.passed
-                self._report_sample(result)
-            if ok:
-                self.passed += 1
-            else:
-                self.failed += 1
-                f.failed_cases.add(case.attrs["sym"])
-
-    def _launcher(self, f: FileCases, timings: list[Timing] | None = None
-                  ) -> VulkanLauncher | InterpreterLauncher | None:
-        from loomcli.check.launch import VulkanLauncher
-
-        if self.runner is None:
-            return f.interpreter
-        return None if f.program is None else VulkanLauncher(self.runner, f.program, f.path, timings)
-
-    def _program(self, f: FileCases) -> Program | None:
-        """Compile and emit the kernels `f`'s cases launch (None if they launch none)."""
-        from loomcli.check.launch import Program
-        from loomcli.pipeline import CompileOptions, compile_module
-
-        roots = sorted({"@" + op.attrs["callee"] for case in f.cases for op in case.regions[0].walk_ops()
-                        if op.name == "kernel.launch"})
-        if not roots:
-            return None
-        compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots))
-        self.printer.emit(compiled.warnings)
-        if self.runner is None:
-            from loomcli.check.interpreter import InterpreterLauncher
-
-            f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path)
-            return None
-        artifact = _emit_spirv(compiled.module, self.profile)
-        return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels)
-
-    def _report_sample(self, result: SampleResult) -> None:
-        self._report(result.case, result.sample.label(), result.passed, result.diagnostics)
-
-    def _report(self, case: str, label: str, passed: bool, diagnostics: list[Diagnostic] | None = None) -> None:
-        line = f"{'PASS' if passed else 'FAIL'} @{case}" + (f" {label}" if label else "")
-        if not passed or not self.quiet:
-            click.echo(line)
-        if diagnostics:
-            click.get_text_stream("stdout").flush()
-            self.printer.emit(diagnostics)
-
-    # -------------------------------------------------------------- benchmarks
-
-    def _benchmarks(self, loaded: list[FileCases], bench: str | None) -> list[tuple[FileCases, Operation]]:
-        if bench is None:
-            return []
-        out = []
-        for f in loaded:
-            selected = {op.attrs["sym"] for op in f.cases}
-            for op in f.module.ops:
-                if op.name == "check.benchmark" and (not bench or op.attrs["sym"] == bench) \
-                        and op.attrs["case"] in selected:
-                    out.append((f, op))
-        if bench and not out and not self.errors:
-            raise UsageError(f"no check.benchmark @{bench} for the cases run")
-        return out
-
-    def _bench(self, f: FileCases, mark: Operation) -> None:
-        from loomcli.check.cases import CaseRunner, samples
-
-        name, case_name = mark.attrs["sym"], mark.attrs["case"]
-        if case_name in f.failed_cases:
-            click.echo(f"SKIP @{name} (@{case_name} failed)")
-            return
-        if f.program is None and f.interpreter is None:
-            click.echo(f"SKIP @{name} (@{case_name} launches no kernel)")
-            return
-        if self.runner is None:
-            click.echo(f"SKIP @{name} (the interpreter does not time benchmarks)")
-            return
-        case = f.module.symbols()[case_name]
-        selection = dict(mark.attrs.get("dict") or {})
-        for sample in [s for s in samples(case) if s.matches(selection)]:
-            timings: list[Timing] = []
-            CaseRunner(f.module, self._launcher(f, timings), path=f.path).run_sample(case, sample)
-            label = f" {sample.label()}" if sample.params else ""
-            for t in timings:
-                click.echo(f"BENCH @{name}{label} @{t.callee}: median {_time(t.median_ns)} "
-                           f"(min {_time(min(t.times))}, {len(t.times)} runs)")
-
-
-def _time(ns: float) -> str:
-    if ns >= 1e6:
-        return f"{ns / 1e6:.3g} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.3g} us"
-    return f"{ns:.3g} ns"
-
-
-def _emit_spirv(module: Module, profile: Profile) -> Any:
-    """SPIR-V through the one emission gateway (shared TARGET checks included)."""
-    from loomcli.emit.artifacts import emit
-
-    return emit(module, profile, "spirv-binary")
+    def diagnostics(self, diags: list[Diagnostic]) -> None:
+        click.get_text_stream("stdout").flush()
+        self.printer.emit(diags)

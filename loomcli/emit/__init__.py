@@ -2,7 +2,7 @@
 
 Every emitter returns an `Artifact`: the bytes plus the manifest facts it
 knows (per-kernel parameters, resources, workgroup size). Emitters share the
-device ABI of `loomcli.emit.abi`; a target contributes a profile and a small
+device ABI of `loomcli.targets.abi`; a target contributes a profile and a small
 final step, never a copy of the pipeline.
 """
 

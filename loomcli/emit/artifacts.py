@@ -34,32 +34,59 @@ def check_targets(module: Module, profile: Profile) -> None:
         raise CompileError(diags)
 
 
+class Emission:
+    """What one compiled module becomes for one profile: artifacts in any
+    format and the launch-config artifact. The shared TARGET checks run once,
+    before the first output; emitters and the launch-config builder rely on
+    them and do not check again."""
+
+    def __init__(self, module: Module, profile: Profile) -> None:
+        self.module = module
+        self.profile = profile
+        self.checked = False
+
+    def _check(self) -> None:
+        if not self.checked:
+            check_targets(self.module, self.profile)
+            self.checked = True
+
+    def artifact(self, fmt: str) -> Artifact:
+        """The artifact in format `fmt`. Raises CompileError, UsageError."""
+        from loomcli.errors import UsageError
+
+        family = FORMATS[fmt][0]
+        if family is not None and family != self.profile.family:
+            raise UsageError(f"format {fmt} is for {family} targets, not {self.profile.name}")
+        self._check()
+        if self.profile.family == "spirv":
+            from loomcli.emit.spirv import emit_spirv
+
+            artifact = emit_spirv(self.module, self.profile)
+            if fmt == "asm":
+                from loomcli.emit.spirv import disassemble
+
+                return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
+            return artifact
+        from loomcli.emit.amdgpu import emit_amdgpu
+
+        return emit_amdgpu(self.module, self.profile, fmt)
+
+    def launch_config(self) -> bytes:
+        """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""
+        from loomcli.emit.launch_config import build_launch_config
+
+        data = build_launch_config(self.module, self.profile, target_checked=self.checked)
+        self.checked = True
+        return data
+
+
 def emit(module: Module, profile: Profile, fmt: str) -> Artifact:
     """Emit `module` (compiled for `profile`) in format `fmt`."""
-    from loomcli.errors import UsageError
-
-    family = FORMATS[fmt][0]
-    if family is not None and family != profile.family:
-        raise UsageError(f"format {fmt} is for {family} targets, not {profile.name}")
-    check_targets(module, profile)
-    if profile.family == "spirv":
-        from loomcli.emit.spirv import emit_spirv
-
-        artifact = emit_spirv(module, profile)
-        if fmt == "asm":
-            from loomcli.emit.spirv import disassemble
-
-            return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
-        return artifact
-    from loomcli.emit.amdgpu import emit_amdgpu
-
-    return emit_amdgpu(module, profile, fmt)
+    return Emission(module, profile).artifact(fmt)
 
 
 def launch_config(module: Module, profile: Profile) -> bytes:
-    from loomcli.launch import build_launch_config
-
-    return build_launch_config(module, profile)
+    return Emission(module, profile).launch_config()
 
 
 def manifest(artifact: Artifact, name: str, launch_config_name: str | None) -> bytes:

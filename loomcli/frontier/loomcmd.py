@@ -56,7 +56,7 @@ class CommandFile:
 
 def _slot(arg: Argument) -> int:
     from loomcli.ir.types import SCALAR_TYPES
-    from loomcli.passes.fold import float_bits, pattern
+    from loomcli.semantics.fold import float_bits, pattern
 
     if arg.is_buffer:
         return int(arg.value)

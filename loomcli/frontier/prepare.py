@@ -162,7 +162,7 @@ class Preparer:
 
     def __init__(self, module: Module, profile: Profile | None, classifier: Classifier,
                  origins: dict[str, str] | None = None) -> None:
-        from loomcli.passes.evaluate import Evaluator
+        from loomcli.semantics.evaluate import Evaluator
         from loomcli.targets.checks import ModuleChecks
 
         self.module = module
@@ -217,7 +217,7 @@ class Preparer:
         return make_group("serial", out)
 
     def _check_where(self, program: Operation, args: list[Any], site: tuple[_Frame, Operation] | None) -> None:
-        from loomcli.passes.fold import predicate_holds
+        from loomcli.semantics.fold import predicate_holds
 
         region = program.regions[0]
         env = dict(zip(region.args, args))
@@ -277,7 +277,7 @@ class Preparer:
         raise _Stop(Diagnostic.make("STRUCTURE/011", frame.file, op.operand_loc(i), v=v.name))
 
     def _pure(self, op: Operation, frame: _Frame) -> list[Any]:
-        from loomcli.passes.evaluate import EvaluationError, UndefinedBehavior
+        from loomcli.semantics.evaluate import EvaluationError, UndefinedBehavior
 
         for v in op.operands:
             if v not in frame.env:
@@ -386,7 +386,7 @@ class Preparer:
         return []
 
     def _evaluator(self, subgroup: int | None) -> Any:
-        from loomcli.passes.evaluate import Evaluator
+        from loomcli.semantics.evaluate import Evaluator
 
         ev = self._evaluators.get(subgroup)
         if ev is None:

@@ -159,7 +159,7 @@ def build_command_product(options: FrontierOptions, sink: RequestSink | None = N
 def _build(options: FrontierOptions, sink: RequestSink | None) -> CommandProduct:
     from loomcli.frontend import display_path
     from loomcli.frontier.prepare import Preparer
-    from loomcli.link.config import bind_module
+    from loomcli.passes.bind import bind_module
     from loomcli.link.index import LinkIndex
     from loomcli.link.linker import link
     from loomcli.pipeline import LinkOptions, collect_bindings
@@ -316,7 +316,7 @@ class _Builder:
 
     def _publish(self, ordinal: int, kernel: Operation, module: Module) -> None:
         from loomcli.bytecode import write_module
-        from loomcli.emit.abi import export_name
+        from loomcli.targets.abi import export_name
 
         data = write_module(module, keep_debug=False)
         roots = ("@" + kernel.attrs["sym"],)

@@ -8,6 +8,7 @@ bytecode keep their kind.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -76,3 +77,68 @@ PREDICATE_ARITY = {
     "range": 2, "eq": 1, "ne": 1, "lt": 1, "le": 1, "gt": 1, "ge": 1,
     "mul": 1, "pow2": 0, "min": 1, "max": 1,
 }
+
+
+# ---------------------------------------------------------------- spelling
+# How literals and attribute values are written (LANGUAGE.md section 6): the
+# printer, the verifier's messages and the format directives share it.
+
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def quote(s: str) -> str:
+    out = []
+    for c in s:
+        e = _SHORT_ESCAPES.get(c)
+        if e is not None:
+            out.append(e)
+        elif c < " " or c == "\x7f":
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def format_float(x: float) -> str:
+    if math.isnan(x):
+        return "nan"
+    return repr(x)
+
+
+def literal_text(v: Any) -> str:
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return format_float(v)
+    if isinstance(v, str):
+        return quote(v)
+    return attribute_text(v)
+
+
+def attribute_text(v: Any) -> str:
+    if isinstance(v, (bool, int, float, str)):
+        return literal_text(v)
+    if isinstance(v, Ident):
+        return v.text
+    if isinstance(v, SymbolRef):
+        return "@" + v.name
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(attribute_text(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return dictionary_text(v)
+    if isinstance(v, HashAttr):
+        if not v.params:
+            return "#" + v.name
+        parts = [f"{p.key}={attribute_text(p.value)}" if isinstance(p, KeyParam) else attribute_text(p)
+                 for p in v.params]
+        return f"#{v.name}<{', '.join(parts)}>"
+    raise TypeError(f"cannot print attribute {v!r}")
+
+
+def dictionary_text(d: dict[str, Any]) -> str:
+    keys = sorted(d, key=lambda k: k.encode())
+    return "{" + ", ".join(f"{k} = {attribute_text(d[k])}" for k in keys) + "}"

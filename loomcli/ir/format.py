@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loomcli.ir.attrs import Ident
+from loomcli.ir.attrs import Ident, attribute_text
 from loomcli.ir.core import Signature
 from loomcli.ir.types import Type
 
@@ -274,9 +274,7 @@ class Indexed(Directive):
 
 def _shown(value: object) -> str:
     """An attribute value as the printer writes it, for messages."""
-    from loomcli.text.printer import Printer
-
-    return Printer().attribute(value)
+    return attribute_text(value)
 
 
 def _indexed_base(op: Operation) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from loomcli.diagnostics import Diagnostic
-from loomcli.ir.attrs import HashAttr, Pred
+from loomcli.ir.attrs import HashAttr, Pred, literal_text
 from loomcli.ir.core import Loc, Module, Operation, OpResult, Region, Signature, Value
 from loomcli.ir.ops import (
     CASE,
@@ -73,11 +73,6 @@ _FLOAT_LIMITS = {"f16": 65520.0, "bf16": 3.39617752923046e38, "f32": 3.402823567
 
 def _kind_text(t: Type) -> str:
     return t.name if isinstance(t, ScalarType) else str(t)
-
-
-def literal_text(v: Any) -> str:
-    from loomcli.text.printer import Printer
-    return Printer().literal(v)
 
 
 def literal_fits(value: Any, t: Type) -> bool:

@@ -156,9 +156,10 @@ def compile_request(request: CompileRequest) -> CompileOutcome:
 def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.frontend import load_bytes
     from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.config import BindingCollector, bind_module
+    from loomcli.link.config import BindingCollector
     from loomcli.link.index import LinkIndex, input_from_module
     from loomcli.link.linker import link
+    from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
     from loomcli.pipeline import FrontEnd, default_roots, specialize
     from loomcli.targets.profiles import parse_target
@@ -193,6 +194,11 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
     artifact = None
     extra: dict[str, Any] = {}
+    emission = None
+    if profile is not None:
+        from loomcli.emit.artifacts import Emission
+
+        emission = Emission(compiled.module, profile)  # TARGET checks once, for every output
     if request.format == "loom-bytecode":
         from loomcli.bytecode import write_module
 
@@ -202,17 +208,13 @@ def _compile(request: CompileRequest) -> CompileOutcome:
 
         artifact_bytes = print_module(compiled.module).encode()
     else:
-        from loomcli.emit.artifacts import emit
-
-        assert profile is not None
-        artifact = emit(compiled.module, profile, request.format)
+        assert emission is not None
+        artifact = emission.artifact(request.format)
         artifact_bytes = artifact.data
         extra["exports"] = [k.get("export") for k in artifact.kernels if k.get("export") is not None]
     if request.launch_config:
-        from loomcli.emit.artifacts import launch_config
-
-        assert profile is not None
-        launch_bytes = launch_config(compiled.module, profile)
+        assert emission is not None
+        launch_bytes = emission.launch_config()
     if request.manifest:
         from loomcli.emit.artifacts import manifest
 
@@ -278,6 +280,8 @@ def cache_key(request: CompileRequest) -> str:
 
     header = request.header()
     del header["path"]
+    if not request.manifest:  # the names only appear in the manifest
+        del header["artifact_name"], header["launch_config_name"]
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
         "llvm": llvm_version() if request.target.startswith("amdgpu") or request.target.startswith("gfx") else "",

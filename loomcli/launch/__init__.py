@@ -1,12 +1,12 @@
 """Launch configurations: the `X.launch.loombc` artifact and its evaluation.
 
-    from loomcli.launch import build_launch_config, evaluate
-    data = build_launch_config(compiled_module, profile)
-    launch = evaluate(data, "workload_grid", ["1009"])
+    from loomcli.launch import evaluate
+    launch = evaluate(data, "workload_grid", ["1009"])  # data: the artifact's bytes
     launch.text()   # 'workload=1009 workgroups=16x1x1 workgroup_size=64x1x1 ...'
 
-Names load lazily: evaluating an artifact never imports the builder (which
-needs the ABI and the target checks), and neither imports LLVM or rich.
+Building the artifact is emission's job (`loomcli.emit.launch_config`);
+this package only reads and evaluates it, so `loom launch-eval` imports
+neither passes, emitters, LLVM nor rich. Names load lazily.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "build_launch_config": "loomcli.launch.build",
-    "launch_module": "loomcli.launch.build",
     "Launch": "loomcli.launch.program",
     "LaunchFunction": "loomcli.launch.program",
     "LaunchProgram": "loomcli.launch.program",

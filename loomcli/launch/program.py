@@ -132,7 +132,7 @@ def _int_range(t: ScalarType) -> tuple[int, int]:
 def parse_value(value: Any, t: Type) -> Any:
     """A workload value (text as typed on a command line, or a Python value)
     as the canonical constant of `t`; BadValue says why it is not one."""
-    from loomcli.passes.fold import canonical, round_float
+    from loomcli.semantics.fold import canonical, round_float
 
     if not isinstance(t, ScalarType) or t.category not in ("int", "float", "index", "offset"):
         raise BadValue(f"type {t} cannot be a workload type")
@@ -177,7 +177,7 @@ def parse_value(value: Any, t: Type) -> Any:
 def value_from_bits(bits: int, t: Type) -> Any:
     """A workload value from its 64-bit host slot: index and offset use all 64
     bits, narrower types the low bits (the rest must be zero)."""
-    from loomcli.passes.fold import float_from_bits, signed
+    from loomcli.semantics.fold import float_from_bits, signed
 
     if not 0 <= bits < 1 << 64:
         raise BadValue(f"slot {bits} is not a 64-bit pattern")
@@ -331,9 +331,9 @@ def evaluate_contract(module: Module, kernel: Operation, workload: list[Any], pr
     64 bits (007 on UB, 008 when it does not fold) and the geometry rules of
     the profile (006). Returns (workgroups, workgroup_size, cluster) or raises
     ContractViolation. Shared by launch-config artifacts and the interpreter."""
-    from loomcli.launch.interpret import run_launch_config
-    from loomcli.passes.evaluate import MAX_STEPS, UndefinedBehavior
-    from loomcli.passes.fold import predicate_holds
+    from loomcli.semantics.evaluate import MAX_STEPS, UndefinedBehavior
+    from loomcli.semantics.fold import predicate_holds
+    from loomcli.semantics.launch import run_launch_config
 
     args = kernel.regions[0].args
     env = dict(zip(args, workload))

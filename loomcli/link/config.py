@@ -5,7 +5,7 @@ Bindings come from four levels, highest first: `--config k=v`, `--config-file`
 inputs. A key bound twice within one level is CONFIG/004; a value that does
 not fit the declared type is CONFIG/001; one that breaks a declaration's
 predicate is CONFIG/002. Every binding remembers where it came from, so
-messages can say so.
+messages can say so. Applying them to a module is `loomcli.passes.bind`.
 """
 
 from __future__ import annotations
@@ -13,112 +13,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.ir.attrs import Pred
-from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.types import ScalarType, Type
-from loomcli.ir.verifier import literal_fits, literal_text
+from loomcli.ir.core import Module
+from loomcli.passes.bind import Binding, ConfigBindings, Unparsed, parse_literal_text
 
-COMMAND_LINE = "<command-line>"
 LEVELS = ("--config", "--config-file", "project", "input")
-
-
-@dataclass(frozen=True)
-class Binding:
-    key: str
-    value: Any            # a section-6 literal: bool, int, float or str
-    source: str           # how messages name it: "--config k=v", "cfg.toml", "a.loom:3"
-    file: str = COMMAND_LINE
-    loc: tuple[int, int] = (0, 0)
-    level: int = 0        # index into LEVELS
-
-
-@dataclass(frozen=True)
-class ConfigBindings:
-    """The effective binding of every key (immutable, shareable)."""
-
-    bindings: Mapping[str, Binding]
-
-    def get(self, key: str) -> Binding | None:
-        return self.bindings.get(key)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.bindings
-
-
-def parse_literal_text(text: str) -> Any:
-    """A section-6 literal written on the command line (`4096`, `0.5`, `true`, `"s"`, `-inf`)."""
-    from loomcli.text.lexer import FLOAT, IDENT, INT, NEGIDENT, STRING, tokenize
-
-    toks = tokenize(text.strip())
-    if len(toks.kinds) != 2:
-        raise ValueError(text)
-    kind, tok = toks.kinds[0], toks.texts[0]
-    if kind == INT:
-        return int(tok, 16) if tok.lstrip("-")[:2].lower() == "0x" else int(tok)
-    if kind == FLOAT:
-        return float(tok)
-    if kind == IDENT and tok in ("true", "false"):
-        return tok == "true"
-    if (kind == IDENT and tok in ("inf", "nan")) or (kind == NEGIDENT and tok in ("-inf", "-nan")):
-        return float(tok)
-    if kind == STRING:
-        return json.loads(tok)
-    raise ValueError(text)
-
-
-def coerce(value: Any, t: Type) -> Any | None:
-    """The value a binding gives type `t`, or None when it cannot bind (CONFIG/001)."""
-    if isinstance(value, str):
-        try:
-            value = parse_literal_text(value)
-        except ValueError:
-            return None
-        if isinstance(value, str):
-            return None
-    if not isinstance(t, ScalarType):
-        return None
-    if isinstance(value, bool):
-        return value if t.name == "i1" else None
-    if isinstance(value, int):
-        if t.category == "float":
-            f = float(value)
-            return f if f == value and literal_fits(f, t) else None
-        return value if literal_fits(value, t) else None
-    if isinstance(value, float):
-        return value if t.category == "float" and literal_fits(value, t) else None
-    return None
-
-
-def holds(pred: Pred, subject: Value, value: int | float) -> bool:
-    """Whether a predicate of LANGUAGE.md section 6 holds for a bound subject value."""
-    args = [value if a is subject else a for a in pred.args[1:]]
-    if any(isinstance(a, Value) for a in args):
-        return True  # relations to other values are checked where those are known
-    v = value
-    name = pred.name
-    if name == "range":
-        return args[0] <= v <= args[1]
-    if name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        w = args[0]
-        return {"eq": v == w, "ne": v != w, "lt": v < w, "le": v <= w, "gt": v > w, "ge": v >= w}[name]
-    if name == "mul":
-        return args[0] > 0 and isinstance(v, int) and v % args[0] == 0
-    if name == "pow2":
-        return isinstance(v, int) and v > 0 and v & (v - 1) == 0
-    if name == "min":
-        return v >= args[0]
-    if name == "max":
-        return v <= args[0]
-    return True
-
-
-def pred_text(pred: Pred) -> str:
-    args = ["%" + a.name if isinstance(a, Value) else str(a) for a in pred.args]
-    return f"{pred.name}({', '.join(args)})"
 
 
 class BindingCollector:
@@ -148,7 +49,7 @@ class BindingCollector:
             try:
                 value: Any = parse_literal_text(text)
             except ValueError:
-                value = _Unparsed(text)
+                value = Unparsed(text)
             self.add(Binding(key, value, f"--config {key}={text}", level=0))
 
     def add_file(self, path: str, shown: str | None = None) -> None:
@@ -219,10 +120,6 @@ class BindingCollector:
         return ConfigBindings(dict(sorted(merged.items())))
 
 
-class _Unparsed(str):
-    """A --config value that is no literal: reported as CONFIG/001 when bound."""
-
-
 def _dup_checked(pairs: list[tuple[str, Any]], dups: list[tuple[str, Any]]) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for k, v in pairs:
@@ -252,90 +149,3 @@ def _find_key(text: str, key: str) -> tuple[int, int]:
         return 0, 0
     i = m.start() + (len(m.group()) - len(m.group().lstrip(" \t")))
     return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
-
-
-def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool = False,
-                reachable: Iterable[Operation] | None = None,
-                origins: Mapping[str, str] | None = None) -> list[Diagnostic]:
-    """Apply `bindings` to a linked module in place.
-
-    Every bound `config.decl`/`config.def` becomes `config.def` with the
-    effective value (CONFIG/001 when it cannot bind, CONFIG/002 when a
-    declaration's predicate fails); `config.get` of a bound key folds to a
-    constant. With `require_resolved`, a reachable unbound `config.get` is
-    CONFIG/003. `origins` maps a symbol to the file it came from (for messages).
-    """
-    from loomcli.ir.ops import OPS
-
-    diags: list[Diagnostic] = []
-    decls: dict[str, Operation] = {}
-    for op in module.ops:
-        if op.name in ("config.decl", "config.def"):
-            decls.setdefault(op.attrs["sym"], op)
-    values: dict[str, Any] = {}
-    for index, op in enumerate(module.ops):
-        if op.name not in ("config.decl", "config.def"):
-            continue
-        key = op.attrs["sym"]
-        b = bindings.get(key)
-        t = op.attrs["type"]
-        if b is None:
-            if op.name == "config.def":  # the lowest binding level: a definition in the input
-                values[key] = op.attrs["value"]
-            continue
-        value = coerce(b.value, t)
-        if value is None:
-            diags.append(Diagnostic.make("CONFIG/001", b.file, b.loc, text=_text_of(b.value), k=key, type=t.name))
-            continue
-        sig = op.attrs.get("sig")
-        bad = False
-        if sig is not None and sig.where:
-            for p in sig.where:
-                if not holds(p, sig.args[0], value):
-                    diags.append(Diagnostic.make("CONFIG/002", b.file, b.loc, k=key, v=literal_text(value),
-                                                 pred=pred_text(p).replace("%" + sig.args[0].name, "@" + key)))
-                    bad = True
-        if bad:
-            continue
-        values[key] = value
-        if op.name == "config.decl" or op.attrs.get("value") != value:
-            new = Operation(OPS["config.def"], attrs={"sym": key, "value": value, "type": t}, loc=op.loc)
-            new.comments = op.comments
-            new.parent = module.body
-            module.body.ops[index] = new
-    roots = list(reachable) if reachable is not None else module.ops
-    for top in roots:
-        for op in list(top.walk()):
-            if op.name != "config.get":
-                continue
-            key = op.attrs["ref"]
-            if key in values:
-                _fold_get(op, values[key])
-            elif require_resolved and key not in values:
-                path = (origins or {}).get(top.attrs.get("sym", ""), module.path)
-                diags.append(Diagnostic.make("CONFIG/003", path, op.loc, k=key))
-    return diags
-
-
-def _text_of(value: Any) -> str:
-    return str(value) if isinstance(value, _Unparsed) else literal_text(value)
-
-
-def _fold_get(op: Operation, value: Any) -> None:
-    """`%x = config.get @k : T` of a bound key becomes a constant of T with the same name."""
-    from loomcli.ir.ops import OPS
-
-    old = op.results[0]
-    t = old.type
-    if isinstance(value, bool) and t.name != "i1":
-        value = int(value)
-    if t.name in ("f16", "bf16", "f32", "f64"):
-        value = float(value)
-    name = "index.constant" if t.name in ("index", "offset") else "scalar.constant"
-    new = Operation(OPS[name], attrs={"value": value}, loc=op.loc)
-    new.comments = op.comments
-    old.replace_all_uses_with(new.add_result(t, old.name, old.loc))
-    region = op.parent
-    assert region is not None
-    region.ops[region.ops.index(op)] = new
-    new.parent = region

@@ -200,7 +200,7 @@ class _Linker:
                                               detail=f"{detail} ({self.where(decl_ref)} vs {self.where(target)})"))
             return None
         if want == "config.def":
-            from loomcli.link.config import holds, pred_text
+            from loomcli.passes.bind import holds, pred_text
 
             sig = decl.attrs.get("sig")
             value = self.op(target).attrs.get("value")

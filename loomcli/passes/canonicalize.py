@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.types import I1, INDEX, OFFSET
-from loomcli.passes.fold import (
+from loomcli.passes.registry import ModulePass, PassContext, option
+from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
+from loomcli.semantics.fold import (
     FOLDERS,
     NOT_CONSTANT,
     SWAPPED_PREDICATE,
@@ -28,8 +30,6 @@ from loomcli.passes.fold import (
     same_value,
     signed,
 )
-from loomcli.passes.registry import ModulePass, PassContext, option
-from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
 
 
 class Lit(NamedTuple):

@@ -21,9 +21,9 @@ from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.ops import CASE, F_DEV, F_HOST, K_BODY, K_CFG, PROGRAM
 from loomcli.passes.canonicalize import constant_fits_uses
-from loomcli.passes.fold import NOT_CONSTANT, constant_of
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
+from loomcli.semantics.fold import NOT_CONSTANT, constant_of
 
 _BODIES = ("func.def", "template.def")
 _MAX_ROUNDS = 64  # a chain of inlined calls is at most as deep as the (acyclic) call graph

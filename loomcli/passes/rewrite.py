@@ -20,7 +20,7 @@ from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import PURE, TERMINATOR
 from loomcli.ir.types import INDEX, OFFSET, Type
-from loomcli.passes.fold import to_literal
+from loomcli.semantics.fold import to_literal
 
 Pattern = Callable[[Operation, "Rewriter"], bool]
 PatternTable = Mapping[str, Sequence[Pattern]]

@@ -61,7 +61,7 @@ def _default_fold(op: Operation, operands: list[Any]) -> list[Any] | None:
     if op.name in ("index.constant", "scalar.constant"):
         return [op.attrs["value"]]
     try:
-        from loomcli.passes.fold import fold_values  # the exact semantics, once available
+        from loomcli.semantics.fold import fold_values  # the exact semantics, once available
     except ImportError:  # pragma: no cover - fold lands with the canonicalizer
         return None
     return fold_values(op, operands)

@@ -24,7 +24,7 @@ class SpecializeConfig(ModulePass):
     require_resolved: bool = option("every reachable config.get must be bound (CONFIG/003)", False)
 
     def run(self, module: Module, ctx: PassContext) -> None:
-        from loomcli.link.config import ConfigBindings, bind_module
+        from loomcli.passes.bind import ConfigBindings, bind_module
 
         bindings = ctx.config if isinstance(ctx.config, ConfigBindings) else ConfigBindings({})
         diags = bind_module(module, bindings, self.require_resolved)

@@ -15,9 +15,9 @@ from typing import Any
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, Value
 from loomcli.passes.canonicalize import constant_fits_uses
-from loomcli.passes.fold import NOT_CONSTANT, constant_of
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Rewriter
+from loomcli.semantics.fold import NOT_CONSTANT, constant_of
 
 
 def trip_count(loop: Operation) -> int | None:

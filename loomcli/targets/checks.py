@@ -17,7 +17,7 @@ once its profile is chosen:
 * TARGET/006: push constants (spirv) above `max_push_constant_bytes`.
 
 Sizes "fold" as LANGUAGE.md 17.15 says: the launch-config region is run on
-constants with the workload unknown (`loomcli.launch.interpret`).
+constants with the workload unknown (`loomcli.semantics.launch`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
 from loomcli.ir.types import ELEMENT_BYTES, F16, F64, I64, ScalarType, ShapedType, Type
-from loomcli.passes.evaluate import Evaluator
+from loomcli.semantics.evaluate import Evaluator
 from loomcli.targets.profiles import Profile
 from loomcli.targets.records import pinned_record, record_profile
 
@@ -52,7 +52,7 @@ def check_kernel(module: Module, kernel: Operation, profile: Profile) -> list[Di
 def check_module(module: Module, profile: Profile | None) -> list[Diagnostic]:
     """`check_records` plus `check_kernel` for every exported kernel, sharing
     the work of looking symbols up (use this for many kernels)."""
-    from loomcli.emit.abi import exported_kernels
+    from loomcli.targets.abi import exported_kernels
     from loomcli.targets.records import check_records
 
     checks = ModuleChecks(module)
@@ -121,6 +121,7 @@ class _KernelChecker:
         self.diags.append(Diagnostic.make(code, self.module.path, loc, **fields))
 
     def run(self) -> None:
+        self.check_profile()
         self.check_geometry()
         self.check_storage()
         self.check_push_constants()
@@ -128,8 +129,14 @@ class _KernelChecker:
 
     # ------------------------------------------------------------ launch geometry
 
+    def check_profile(self) -> None:
+        """A required subgroup size needs SPIR-V 1.6 (VK_EXT_subgroup_size_control in core)."""
+        p = self.profile
+        if p.subgroup_size is not None and p.spirv_version is not None and p.spirv_version < (1, 6):
+            self.error("TARGET/001", self.kernel.loc, text=f"subgroup_size on {p.selector}")
+
     def check_geometry(self) -> None:
-        from loomcli.launch.interpret import fold_launch_config
+        from loomcli.semantics.launch import fold_launch_config
 
         config = self.kernel.regions[0].terminator
         if config is None or config.name != "kernel.launch.config":
@@ -153,7 +160,7 @@ class _KernelChecker:
     # ------------------------------------------------------------ storage and ABI
 
     def check_storage(self) -> None:
-        from loomcli.emit.abi import workgroup_storage_bytes
+        from loomcli.targets.abi import workgroup_storage_bytes
 
         p = self.profile
         try:
@@ -166,7 +173,7 @@ class _KernelChecker:
 
     def _storage_loc(self) -> tuple[int, int]:
         """The first workgroup alloca that crosses the limit, else the kernel."""
-        from loomcli.passes.fold import align_up, constant_of
+        from loomcli.semantics.fold import align_up, constant_of
 
         offset = 0
         for op in self.kernel.regions[1].ops:
@@ -177,7 +184,7 @@ class _KernelChecker:
         return self.kernel.loc
 
     def check_push_constants(self) -> None:
-        from loomcli.emit.abi import kernel_abi
+        from loomcli.targets.abi import kernel_abi
 
         limit = self.profile.max_push_constant_bytes
         if self.profile.family != "spirv" or limit is None:

@@ -7,33 +7,11 @@ literals.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from loomcli.ir.attrs import HashAttr, Ident, KeyParam, Pred, SymbolRef
+from loomcli.ir.attrs import Pred, attribute_text, dictionary_text, literal_text
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.types import ShapedType, Type
-
-_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
-
-
-def quote(s: str) -> str:
-    out = []
-    for c in s:
-        e = _SHORT_ESCAPES.get(c)
-        if e is not None:
-            out.append(e)
-        elif c < " " or c == "\x7f":
-            out.append(f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-def format_float(x: float) -> str:
-    if math.isnan(x):
-        return "nan"
-    return repr(x)
 
 
 def is_elided(op: Operation) -> bool:
@@ -68,40 +46,13 @@ class Printer:
         return t.name
 
     def literal(self, v: Any) -> str:
-        if v is True:
-            return "true"
-        if v is False:
-            return "false"
-        if isinstance(v, int):
-            return str(v)
-        if isinstance(v, float):
-            return format_float(v)
-        if isinstance(v, str):
-            return quote(v)
-        return self.attribute(v)
+        return literal_text(v)
 
     def attribute(self, v: Any) -> str:
-        if isinstance(v, (bool, int, float, str)):
-            return self.literal(v)
-        if isinstance(v, Ident):
-            return v.text
-        if isinstance(v, SymbolRef):
-            return "@" + v.name
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(self.attribute(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return self.dictionary(v)
-        if isinstance(v, HashAttr):
-            if not v.params:
-                return "#" + v.name
-            parts = [f"{p.key}={self.attribute(p.value)}" if isinstance(p, KeyParam) else self.attribute(p)
-                     for p in v.params]
-            return f"#{v.name}<{', '.join(parts)}>"
-        raise TypeError(f"cannot print attribute {v!r}")
+        return attribute_text(v)
 
     def dictionary(self, d: dict[str, Any]) -> str:
-        keys = sorted(d, key=lambda k: k.encode())
-        return "{" + ", ".join(f"{k} = {self.attribute(d[k])}" for k in keys) + "}"
+        return dictionary_text(d)
 
     def preds(self, preds: list[Pred]) -> str:
         parts = []

@@ -39,9 +39,9 @@ def _kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Prof
 def lower(module: Module, profile: Profile) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels for `profile`, the kernels, and
     each kernel's profile (by export name)."""
-    from loomcli.emit.abi import exported_kernels
     from loomcli.emit.amdgpu.target import kernel_target, llvm_target
     from loomcli.emit.llvm.lower import LoweringError, lower_module, plan_kernel
+    from loomcli.targets.abi import exported_kernels
 
     target = llvm_target(profile)
     kernels = exported_kernels(module)

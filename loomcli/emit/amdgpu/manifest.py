@@ -1,6 +1,6 @@
 """Manifest facts of an AMDGPU artifact (TOOLCHAIN.md section 8).
 
-Parameters come from the device ABI (`loomcli.emit.abi`); everything LLVM
+Parameters come from the device ABI (`loomcli.targets.abi`); everything LLVM
 decides (hidden arguments, kernarg segment, registers, spills, LDS) comes
 from the code object's `NT_AMDGPU_METADATA` note. Facts an artifact does not
 carry (assembly and LLVM IR have no code object) are omitted.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loomcli.emit import abi
 from loomcli.ir.core import Module, Operation
+from loomcli.targets import abi
 from loomcli.targets.profiles import Profile
 
 NT_AMDGPU_METADATA = 32

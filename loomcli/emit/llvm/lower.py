@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.emit import abi
 from loomcli.emit.llvm.target import LLVMTarget
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.types import (
@@ -52,7 +51,8 @@ from loomcli.ir.types import (
     is_vector,
     is_view,
 )
-from loomcli.passes.fold import NOT_CONSTANT, canonical, constant_of, float_bits, pattern, round_float, signed
+from loomcli.semantics.fold import NOT_CONSTANT, canonical, constant_of, float_bits, pattern, round_float, signed
+from loomcli.targets import abi
 
 FLOAT_TYPES = {F16: "half", BF16: "float", F32: "float", F64: "double"}
 MEMORY_TYPES = {"i1": "i8", "bf16": "i16"}

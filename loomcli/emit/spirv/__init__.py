@@ -2,7 +2,7 @@
 
 `emit_spirv(module, profile)` writes SPIR-V directly from the structured IR
 (no LLVM): one GLCompute entry point per exported kernel, the device ABI of
-`loomcli.emit.abi`, and the manifest facts of TOOLCHAIN.md section 8. See
+`loomcli.targets.abi`, and the manifest facts of TOOLCHAIN.md section 8. See
 docs/spirv.md for the design.
 """
 

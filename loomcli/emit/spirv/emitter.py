@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import Artifact
-from loomcli.emit.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
-from loomcli.emit.abi import workgroup_storage_bytes as storage_bytes
 from loomcli.emit.spirv.builder import Builder
 from loomcli.emit.spirv.lower import BufferValue, Lowerer
 from loomcli.emit.spirv.memory import Facts, Root, RootAnalysis, SpecKey, decide_storage, sorted_roots
 from loomcli.emit.spirv.spec import EXEC_LOCAL_SIZE, GLCOMPUTE, SC, BuiltIn, Dec, Op
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, F64, I1, I64, ScalarType, is_view
+from loomcli.ir.types import BF16, F16, F32, F64, I1, I64, ScalarType
+from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
+from loomcli.targets.abi import workgroup_storage_bytes as storage_bytes
 
 if TYPE_CHECKING:
     from loomcli.targets.profiles import Profile
@@ -72,86 +72,18 @@ class SpirvEmitter:
         self.helpers: dict[str, FunctionWriter] = {}
         self.inputs: set[int] = set()
 
-    # ------------------------------------------------------------ checks
+    # ------------------------------------------------------------ kernel facts
 
-    def _error(self, diags: list[Diagnostic], code: str, loc: tuple[int, int], **fields: object) -> None:
-        diags.append(Diagnostic.make(code, self.path, loc, **fields))
-
-    def check(self, kernel: Operation, p: Profile, diags: list[Diagnostic]) -> KernelInfo | None:
-        """The facts emission relies on, checked again here so `emit_spirv` is
-        safe on its own (`loomcli.emit.artifacts.emit` runs the shared TARGET
-        checks of `loomcli.targets.checks` first)."""
-        from loomcli.passes.fold import constant_of
-
-        sym = kernel.attrs["sym"]
-        config = kernel.regions[0].ops[-1]
-        n_groups = config.attrs.get("workgroups", 3)
-        n_size = config.attrs.get("workgroup_size", 3)
-        cluster = config.operands[n_groups + n_size:n_groups + n_size + config.attrs.get("cluster_size", 0)]
-        values = [constant_of(v) for v in cluster]
-        if cluster and all(isinstance(v, int) for v in values) and values != [1] * len(values):
-            self._error(diags, "TARGET/001", config.loc_of("cluster_size"),
-                        text="cluster_size " + "x".join(map(str, values)))
+    def info(self, kernel: Operation, p: Profile) -> KernelInfo:
+        """The facts emission relies on. The TARGET checks (`loomcli.targets.checks`,
+        run once by the emission gateway `loomcli.emit.artifacts`) guarantee them."""
         size = workgroup_size_constants(kernel) or _folded_size(self.module, kernel, p)
-        errors = len(diags)
         if size is None:
-            self._error(diags, "TARGET/002", config.loc_of("workgroup_size"), k=sym, target="spirv")
-        elif (any(s > lim for s, lim in zip(size, p.max_workgroup_size)) or min(size) < 1
-              or size[0] * size[1] * size[2] > p.max_flat_workgroup_size):
-            self._error(diags, "TARGET/003", config.loc_of("workgroup_size"), x=size[0], y=size[1], z=size[2],
-                        target=p.name)
-        abi = kernel_abi(kernel, "spirv")
-        if p.max_push_constant_bytes is not None and abi.args_bytes > p.max_push_constant_bytes:
-            self._error(diags, "TARGET/006", kernel.loc, k=sym, n=abi.args_bytes, limit=p.max_push_constant_bytes)
-        if p.subgroup_size is not None and self.version < (1, 6):
-            self._error(diags, "TARGET/001", kernel.loc, text=f"subgroup_size on {p.selector}")
-        self._features(kernel, p, diags)
+            raise ValueError(f"@{kernel.attrs['sym']}: workgroup size unknown; emit through loomcli.emit.artifacts, "
+                             "which runs the TARGET checks first")
         total = storage_bytes(kernel, p.subgroup_size, p.max_flat_workgroup_size)
-        if total > p.max_workgroup_storage_bytes:
-            self._error(diags, "TARGET/004", kernel.loc, n=total, limit=p.max_workgroup_storage_bytes)
-        if len(diags) > errors or size is None:
-            return None
         _, scratch = reduction_scratch(kernel, p.subgroup_size, p.max_flat_workgroup_size)
-        return KernelInfo(kernel, p, abi, size, scratch, total)
-
-    def _features(self, kernel: Operation, p: Profile, diags: list[Diagnostic]) -> None:
-        """TARGET/005 for types the profile's feature facts rule out."""
-        missing: dict[str, None] = {}
-        have = p.features
-
-        def see(t: object) -> None:
-            if is_view(t):
-                size = ELEMENT_BYTES[t.elem]  # type: ignore[attr-defined]
-                if size == 1 and "int8_storage" not in have:
-                    missing["int8_storage"] = None
-                if size == 2 and "int16_storage" not in have:
-                    missing["int16_storage"] = None
-                t = t.elem  # type: ignore[attr-defined]
-            elif hasattr(t, "elem"):
-                t = t.elem  # type: ignore[attr-defined]
-            feature = {F16: "f16", F64: "f64", I64: "i64"}.get(t)  # type: ignore[call-overload]
-            if feature and feature not in have:
-                missing[feature] = None
-
-        seen_fns: set[str] = set()
-
-        def walk(region) -> None:  # type: ignore[no-untyped-def]
-            for a in region.args:
-                see(a.type)
-            for op in region.ops:
-                for r in op.results:
-                    see(r.type)
-                if op.name in ("func.call", "template.call") and op.attrs["callee"] not in seen_fns:
-                    seen_fns.add(op.attrs["callee"])
-                    fn = self.analysis.symbols.get(op.attrs["callee"])
-                    if fn is not None and fn.regions:
-                        walk(fn.regions[0])
-                for sub in op.regions:
-                    walk(sub)
-
-        walk(kernel.regions[1])
-        for feature in missing:
-            self._error(diags, "TARGET/005", kernel.loc, k=kernel.attrs["sym"], feature=feature, target=p.name)
+        return KernelInfo(kernel, p, kernel_abi(kernel, "spirv"), size, scratch, total)
 
     # ------------------------------------------------------------ globals
 
@@ -308,14 +240,8 @@ class SpirvEmitter:
     # ------------------------------------------------------------ driver
 
     def run(self) -> Artifact:
-        diags: list[Diagnostic] = []
-        infos = []
-        for kernel in exported_kernels(self.module):
-            info = self.check(kernel, _kernel_profile(self.module, kernel, self.profile), diags)
-            if info is not None:
-                infos.append(info)
-        if diags:
-            raise CompileError(sorted(diags, key=lambda d: d.sort_key))
+        infos = [self.info(kernel, _kernel_profile(self.module, kernel, self.profile))
+                 for kernel in exported_kernels(self.module)]
         for info in infos:
             args = info.op.regions[1].args
             info.facts = self.analysis.kernel(info.op, {args[p.index]: p.binding for p in info.abi.buffers})
@@ -372,7 +298,7 @@ def _folded_size(module: Module, kernel: Operation, profile: Profile) -> tuple[i
     """The workgroup size by running the launch configuration on constants
     (for modules whose passes left the size unfolded in the IR)."""
     try:
-        from loomcli.launch.interpret import fold_launch_config
+        from loomcli.semantics.launch import fold_launch_config
     except ImportError:  # pragma: no cover
         return None
     size = fold_launch_config(module, kernel, profile.subgroup_size).values.get("workgroup_size")

@@ -41,7 +41,7 @@ from loomcli.ir.types import (
     is_float,
     is_vector,
 )
-from loomcli.passes.fold import canonical
+from loomcli.semantics.fold import canonical
 
 if TYPE_CHECKING:
     from loomcli.emit.spirv.emitter import KernelInfo, SpirvEmitter

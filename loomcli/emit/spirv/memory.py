@@ -255,7 +255,7 @@ def fold_value(v: Value, depth: int = 64) -> object:
     """The constant a pure expression folds to (the IR may be unfolded under
     `--pipeline none`), else None."""
     from loomcli.ir.core import OpResult
-    from loomcli.passes.fold import NOT_CONSTANT, constant_of, fold_values
+    from loomcli.semantics.fold import NOT_CONSTANT, constant_of, fold_values
 
     c = constant_of(v)
     if c is not NOT_CONSTANT:

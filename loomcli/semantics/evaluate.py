@@ -1,7 +1,7 @@
 """A small interpreter for pure code on constants.
 
 It runs function and template bodies, and any region of pure ops (a launch
-configuration), with the folders of `loomcli.passes.fold`, so evaluation
+configuration), with the folders of `loomcli.semantics.fold`, so evaluation
 and folding share one semantics: UB raises `UndefinedBehavior`, an op it
 cannot run (memory, kernel coordinates, an unbound `config.get`, an
 unselected `template.apply`) raises `NotEvaluable`, and so does running
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.passes.fold import (
+from loomcli.semantics.fold import (
     CONSTANT_OPS,
     NOT_CONSTANT,
     EvaluationError,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, OpResult, Value
-from loomcli.passes.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable
+from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable
 
 FIELDS = ("workgroups", "workgroup_size", "cluster_size")
 Triple = tuple[Any, Any, Any]

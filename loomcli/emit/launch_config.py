@@ -7,8 +7,9 @@ record of its profile and the contract facts (subgroup size, workgroup
 storage bytes); plus the pure functions those regions call. The kernel
 bodies are not carried: hosts never need them to launch.
 
-Building runs the compile-time checks first: target records (TARGET/001),
-`check_kernel` (TARGET/*), and the launch-config regions themselves: an
+Building runs the compile-time checks first: target records (TARGET/001)
+and `check_kernel` (TARGET/*), unless the emission gateway already ran them
+for this module, and the launch-config regions themselves: an
 unbound `config.get` is CONFIG/003 (17.22); an op that can never be
 evaluated (a call without a body, an open `template.apply`) is
 LAUNCH_CONFIG/008, and so is a region without workload arguments that does
@@ -34,26 +35,29 @@ EVALUATED = frozenset({"scf.if", "scf.for", "scf.while", "scf.yield", "scf.condi
                        "index.constant", "scalar.constant", "kernel.launch.config"})
 
 
-def build_launch_config(module: Module, profile: Profile | None) -> bytes:
+def build_launch_config(module: Module, profile: Profile | None, *, target_checked: bool = False) -> bytes:
     """The `X.launch.loombc` bytes for every exported kernel of `module`
     (deterministic: no comments, locations or paths)."""
     from loomcli.bytecode import write_module
 
-    return write_module(launch_module(module, profile), keep_debug=False)
+    return write_module(launch_module(module, profile, target_checked=target_checked), keep_debug=False)
 
 
-def launch_module(module: Module, profile: Profile | None) -> Module:
+def launch_module(module: Module, profile: Profile | None, *, target_checked: bool = False) -> Module:
     """The artifact as a module (keeps locations, for in-memory use).
     `profile` is the `--target` profile; a module compiled for a target
-    records it and needs none. Raises CompileError."""
-    from loomcli.emit.abi import exported_kernels, workgroup_storage_bytes
+    records it and needs none. `target_checked`: the emission gateway
+    (`loomcli.emit.artifacts.Emission`) already ran the TARGET checks for
+    this module and profile, so only the launch-config regions are checked
+    here. Raises CompileError."""
+    from loomcli.targets.abi import exported_kernels, workgroup_storage_bytes
     from loomcli.targets.checks import ModuleChecks
     from loomcli.targets.records import check_records
 
     if profile is None:
         profile = _compiled_profile(module)
     checks = ModuleChecks(module)
-    diags = check_records(module)
+    diags: list[Diagnostic] = [] if target_checked else check_records(module)
     entries: list[tuple[Operation, Profile]] = []
     for kernel in exported_kernels(module):
         try:
@@ -63,7 +67,7 @@ def launch_module(module: Module, profile: Profile | None) -> Module:
             continue
         if p is None:
             raise UsageError(f"the launch config of @{kernel.attrs['sym']} needs a target (--target)")
-        kernel_diags = checks.check_kernel(kernel, p)
+        kernel_diags = [] if target_checked else checks.check_kernel(kernel, p)
         if not has_errors(kernel_diags):
             kernel_diags += _check_config(checks, kernel, p)
         diags += kernel_diags
@@ -103,9 +107,9 @@ def _compiled_profile(module: Module) -> Profile | None:
 
 
 def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> list[Diagnostic]:
-    from loomcli.launch.interpret import field_uses, fold_launch_config
-    from loomcli.passes.evaluate import UndefinedBehavior
-    from loomcli.passes.fold import FOLDERS
+    from loomcli.semantics.evaluate import UndefinedBehavior
+    from loomcli.semantics.fold import FOLDERS
+    from loomcli.semantics.launch import field_uses, fold_launch_config
     from loomcli.targets.checks import reachable_ops
 
     module, symbols = checks.module, checks.symbols

@@ -120,7 +120,7 @@ def workgroup_allocas_bytes(kernel: Operation) -> int:
     """The alloca walk of LANGUAGE.md section 8: from offset 0, align up to each
     workgroup alloca's `align(N)` and add its size, in body order. Sizes must
     be constants by now (config bound, passes run)."""
-    from loomcli.passes.fold import constant_of
+    from loomcli.semantics.fold import constant_of
 
     offset = 0
     for op in kernel.regions[1].ops:
@@ -134,7 +134,7 @@ def workgroup_allocas_bytes(kernel: Operation) -> int:
 
 def workgroup_size_constants(kernel: Operation) -> tuple[int, int, int] | None:
     """The launch config's workgroup size when it folds to constants (after passes)."""
-    from loomcli.passes.fold import constant_of
+    from loomcli.semantics.fold import constant_of
 
     config = kernel.regions[0].ops[-1]
     if config.name != "kernel.launch.config":

@@ -1,0 +1,315 @@
+"""`loom.toml`: read, validated key by key, paths kept inside the project
+(TOOLCHAIN.md section 9).
+
+Every problem is a `LoomError` (exit 1) whose message starts with
+`loom.toml:LINE:` and names the key, e.g.
+`loom.toml:14: [[kernels]] "elementwise": key `srcs`: "../x.loom" leaves the project folder`.
+Unknown keys and wrong types are errors; paths that are absolute, use
+`..`, or resolve (through symlinks) outside the project folder are rejected.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from loomcli.errors import LoomError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python < 3.11 reads TOML with tomli
+    import tomli as tomllib
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    srcs: tuple[str, ...]        # project-relative, `/`-separated, sorted, expanded
+    libraries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    name: str
+    srcs: tuple[str, ...]
+    libraries: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommandSet:
+    name: str
+    srcs: tuple[str, ...]
+    libraries: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Project:
+    root: str                    # the project folder (absolute)
+    file: str                    # loom.toml as shown in messages
+    name: str
+    version: str
+    targets: tuple[str, ...]
+    out_dir: str                 # project-relative
+    pipeline: str
+    config: dict[str, Any] = field(default_factory=dict)
+    libraries: tuple[Library, ...] = ()
+    kernels: tuple[KernelSet, ...] = ()
+    commands: tuple[CommandSet, ...] = ()
+    package_format: str = "tar.gz"
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, *rel.split("/"))
+
+    def library(self, name: str) -> Library:
+        return next(lib for lib in self.libraries if lib.name == name)
+
+
+# The schema: section -> key -> (type description, check).
+_TOP = {"project", "build", "config", "library", "kernels", "command", "package"}
+_KEYS = {
+    "project": {"name", "version", "description"},
+    "build": {"targets", "out-dir", "pipeline"},
+    "package": {"format"},
+    "library": {"name", "srcs", "libraries"},
+    "kernels": {"name", "srcs", "libraries", "roots"},
+    "command": {"name", "srcs", "libraries", "roots"},
+}
+
+
+class _Locator:
+    """Finds the line of a key for messages: tomllib gives no positions."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def _section(self, table: str, index: int | None) -> tuple[int, int]:
+        """Line range (0-based, end exclusive) of `[table]` or the index-th `[[table]]`."""
+        header = re.compile(rf"^\s*\[\[\s*{re.escape(table)}\s*\]\]" if index is not None
+                            else rf"^\s*\[\s*{re.escape(table)}\s*\]")
+        count = -1
+        start = None
+        for i, line in enumerate(self.lines):
+            if start is None:
+                if header.match(line):
+                    count += 1
+                    if index is None or count == index:
+                        start = i
+            elif re.match(r"^\s*\[", line):
+                return start, i
+        return (start, len(self.lines)) if start is not None else (-1, -1)
+
+    def line(self, table: str | None, index: int | None = None, key: str | None = None) -> int:
+        if table is None:
+            start, end = 0, len(self.lines)
+        else:
+            start, end = self._section(table, index)
+            if start < 0:
+                return 1
+        if key is None:
+            return start + 1
+        pattern = re.compile(rf'^\s*(?:"{re.escape(key)}"|{re.escape(key)})\s*=')
+        for i in range(max(start, 0), end):
+            if pattern.match(self.lines[i]):
+                return i + 1
+        return start + 1
+
+
+class _Reader:
+    def __init__(self, root: str, file: str, text: str) -> None:
+        self.root = root
+        self.real_root = os.path.realpath(root)
+        self.file = file
+        self.at = _Locator(text)
+
+    def fail(self, line: int, where: str, message: str) -> LoomError:
+        return LoomError(f"{self.file}:{line}: {where}: {message}", 1)
+
+    def table(self, doc: dict[str, Any], name: str) -> dict[str, Any]:
+        value = doc.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail(self.at.line(None, None, name), f"`{name}`", "expected a table")
+        self.known(value, name, None, _KEYS.get(name))
+        return value
+
+    def known(self, table: dict[str, Any], name: str, index: int | None, keys: set[str] | None) -> None:
+        if keys is None:
+            return
+        for key in table:
+            if key not in keys:
+                where = f"[[{name}]] #{index + 1}" if index is not None else f"[{name}]"
+                raise self.fail(self.at.line(name, index, key), where,
+                                f"unknown key `{key}` (known: {', '.join(sorted(keys))})")
+
+    def string(self, table: dict[str, Any], key: str, where: tuple[str, int | None, str], default: str | None = None,
+               pattern: re.Pattern[str] | None = None) -> str:
+        name, index, shown = where
+        if key not in table:
+            if default is None:
+                raise self.fail(self.at.line(name, index), shown, f"missing key `{key}`")
+            return default
+        value = table[key]
+        if not isinstance(value, str) or not value:
+            raise self.fail(self.at.line(name, index, key), shown, f"key `{key}`: expected a non-empty string")
+        if pattern is not None and not pattern.match(value):
+            raise self.fail(self.at.line(name, index, key), shown,
+                            f"key `{key}`: {value!r} is not a valid name (letters, digits, `_`, `-`, `.`)")
+        return value
+
+    def strings(self, table: dict[str, Any], key: str, where: tuple[str, int | None, str],
+                required: bool = False) -> tuple[str, ...]:
+        name, index, shown = where
+        if key not in table:
+            if required:
+                raise self.fail(self.at.line(name, index), shown, f"missing key `{key}`")
+            return ()
+        value = table[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(self.at.line(name, index, key), shown, f"key `{key}`: expected a list of strings")
+        if required and not value:
+            raise self.fail(self.at.line(name, index, key), shown, f"key `{key}`: the list is empty")
+        return tuple(value)
+
+    def inside(self, rel: str, line: int, shown: str, key: str) -> str:
+        """A project-relative path, refused when it could leave the project."""
+        parts = rel.replace("\\", "/").split("/")
+        if os.path.isabs(rel) or rel.startswith("/") or ".." in parts or (len(rel) > 1 and rel[1] == ":"):
+            raise self.fail(line, shown, f"key `{key}`: {rel!r} leaves the project folder")
+        return "/".join(p for p in parts if p not in ("", "."))
+
+    def contained(self, path: str, line: int, shown: str, key: str, rel: str) -> None:
+        real = os.path.realpath(path)
+        if real != self.real_root and not real.startswith(self.real_root + os.sep):
+            raise self.fail(line, shown, f"key `{key}`: {rel!r} leads outside the project folder (through a symlink)")
+
+    def sources(self, patterns: tuple[str, ...], name: str, index: int, shown: str) -> tuple[str, ...]:
+        line = self.at.line(name, index, "srcs")
+        found: dict[str, None] = {}
+        for pattern in patterns:
+            rel = self.inside(pattern, line, shown, "srcs")
+            matches = sorted(glob.glob(os.path.join(self.root, *rel.split("/")), recursive=True))
+            matches = [m for m in matches if os.path.isfile(m)]
+            if not matches:
+                raise self.fail(line, shown, f"key `srcs`: {pattern!r} matches no file")
+            for m in matches:
+                self.contained(m, line, shown, "srcs", pattern)
+                found.setdefault(os.path.relpath(m, self.root).replace(os.sep, "/"), None)
+        return tuple(found)
+
+
+def load_project(folder: str, file: str | None = None) -> Project:
+    """Read and validate `folder/loom.toml` (or `file`)."""
+    path = file if file is not None else os.path.join(folder, "loom.toml")
+    root = os.path.abspath(os.path.dirname(path) if file is not None else folder)
+    from loomcli.frontend import display_path
+
+    shown = display_path(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise LoomError(f"{shown}: no such file (a project needs a loom.toml)", 2) from None
+    text = data.decode("utf-8", "replace")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise LoomError(f"{shown}:{m.group(1) if m else 1}: invalid TOML: {e}", 1) from None
+    r = _Reader(root, shown, text)
+    for key in doc:
+        if key not in _TOP:
+            raise r.fail(r.at.line(key) if isinstance(doc[key], dict) else r.at.line(None, None, key), "loom.toml",
+                         f"unknown key `{key}` (known: {', '.join(sorted(_TOP))})")
+    project = r.table(doc, "project")
+    build = r.table(doc, "build")
+    package = r.table(doc, "package")
+    config = doc.get("config", {})
+    if not isinstance(config, dict):
+        raise r.fail(r.at.line(None, None, "config"), "`config`", "expected a table")
+    name = r.string(project, "name", ("project", None, "[project]"), pattern=_NAME)
+    version = r.string(project, "version", ("project", None, "[project]"), pattern=_NAME)
+    targets = r.strings(build, "targets", ("build", None, "[build]"))
+    if "targets" in build and not targets:
+        raise r.fail(r.at.line("build", None, "targets"), "[build]", "key `targets`: the list is empty")
+    for t in targets:
+        _check_target(r, t)
+    out_dir = r.inside(r.string(build, "out-dir", ("build", None, "[build]"), default="build/loom"),
+                       r.at.line("build", None, "out-dir"), "[build]", "out-dir")
+    if not out_dir:
+        raise r.fail(r.at.line("build", None, "out-dir"), "[build]", "key `out-dir`: must name a folder")
+    r.contained(os.path.join(root, *out_dir.split("/")), r.at.line("build", None, "out-dir"), "[build]", "out-dir",
+                out_dir)
+    pipeline = r.string(build, "pipeline", ("build", None, "[build]"), default="default")
+    fmt = r.string(package, "format", ("package", None, "[package]"), default="tar.gz")
+    if fmt != "tar.gz":
+        raise r.fail(r.at.line("package", None, "format"), "[package]", f"key `format`: {fmt!r} is not supported "
+                     f"(only \"tar.gz\")")
+
+    sections: dict[str, list[Any]] = {"library": [], "kernels": [], "command": []}
+    names: dict[str, set[str]] = {k: set() for k in sections}
+    for kind in sections:
+        entries = doc.get(kind, [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise r.fail(r.at.line(None, None, kind), f"`{kind}`", f"expected [[{kind}]] tables")
+        for i, entry in enumerate(entries):
+            r.known(entry, kind, i, _KEYS[kind])
+            where = (kind, i, f"[[{kind}]] #{i + 1}")
+            n = r.string(entry, "name", where, pattern=_NAME)
+            shown_entry = f"[[{kind}]] {n!r}"
+            if n in names[kind]:
+                raise r.fail(r.at.line(kind, i, "name"), shown_entry, f"a second [[{kind}]] named {n!r}")
+            names[kind].add(n)
+            srcs = r.sources(r.strings(entry, "srcs", (kind, i, shown_entry), required=True), kind, i, shown_entry)
+            libs = r.strings(entry, "libraries", (kind, i, shown_entry))
+            roots = r.strings(entry, "roots", (kind, i, shown_entry)) if kind != "library" else ()
+            for root_name in roots:
+                if not root_name.startswith("@") or len(root_name) < 2:
+                    raise r.fail(r.at.line(kind, i, "roots"), shown_entry,
+                                 f"key `roots`: {root_name!r} is not a symbol (write \"@name\")")
+            sections[kind].append((i, n, srcs, libs, roots))
+    libs_known = names["library"]
+    for kind, entries in sections.items():
+        for i, n, _, libs, _ in entries:
+            for lib in libs:
+                if lib not in libs_known:
+                    raise r.fail(r.at.line(kind, i, "libraries"), f"[[{kind}]] {n!r}",
+                                 f"key `libraries`: no [[library]] named {lib!r}")
+                if kind == "library" and lib == n:
+                    raise r.fail(r.at.line(kind, i, "libraries"), f"[[{kind}]] {n!r}",
+                                 "key `libraries`: a library cannot use itself")
+    return Project(
+        root=root, file=shown, name=name, version=version, targets=tuple(targets), out_dir=out_dir,
+        pipeline=pipeline, config=dict(config),
+        libraries=tuple(Library(n, s, tuple(sorted(set(ls)))) for _, n, s, ls, _ in sections["library"]),
+        kernels=tuple(KernelSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["kernels"]),
+        commands=tuple(CommandSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["command"]),
+        package_format=fmt)
+
+
+def _check_target(r: _Reader, text: str) -> None:
+    from loomcli.errors import UsageError
+    from loomcli.targets.profiles import parse_target
+
+    try:
+        parse_target(text)
+    except UsageError as e:
+        raise r.fail(r.at.line("build", None, "targets"), "[build]", f"key `targets`: {e}") from None
+
+
+def library_closure(project: Project, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The libraries `names` use, directly or through other libraries, sorted."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(project.library(n).libraries)
+    return tuple(sorted(seen))

@@ -1,0 +1,241 @@
+"""`loom build`: the sample project, incremental builds, loom.toml errors,
+--keep-going, --trace, a whole build through the inline sink, and the
+output layout of TOOLCHAIN.md section 9."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loomcli.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "project"
+
+KERNEL = """\
+func.decl public pure @{helper}(%x: f32) -> (f32)
+
+kernel.def export("{name}") @{name}(%n: index) {{
+  %one = index.constant 1 : index
+  %group = index.constant {group} : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%group, %one, %one) : index
+}} launch(%n: index, %x: buffer) {{
+  %zero = index.constant 0 : offset
+  %i = kernel.workitem.dispatch.id<x> : index
+  %xv = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %live = index.cmp ult, %i, %n : index
+  scf.if %live {{
+    %xi = view.load %xv[%i] : view<[%n]xf32> -> f32
+    %r = func.call pure @{helper}(%xi) : (f32) -> (f32)
+    view.store %r, %xv[%i] : f32, view<[%n]xf32>
+  }}
+  kernel.return
+}}
+"""
+
+LIBRARY = """\
+func.def public pure inline @{helper}(%x: f32) -> (f32) {{
+  %r = scalar.{op} %x, %x : f32
+  func.return %r : f32
+}}
+"""
+
+
+def make_project(folder: Path, sets: int = 2, per_set: int = 2, targets: tuple[str, ...] = ("spirv:vulkan1.3",),
+                 extra: str = "") -> Path:
+    """Two libraries (`twice`, `square`); set i uses library i % 2."""
+    (folder / "lib").mkdir(parents=True)
+    (folder / "lib" / "twice.loom").write_text(LIBRARY.format(helper="twice", op="addf"))
+    (folder / "lib" / "square.loom").write_text(LIBRARY.format(helper="square", op="mulf"))
+    toml = [f'[project]\nname = "p"\nversion = "1.0"\n\n[build]\ntargets = {json.dumps(list(targets))}\n',
+            '[[library]]\nname = "twice"\nsrcs = ["lib/twice.loom"]\n',
+            '[[library]]\nname = "square"\nsrcs = ["lib/square.loom"]\n']
+    for s in range(sets):
+        helper = ("twice", "square")[s % 2]
+        d = folder / "k" / f"set{s}"
+        d.mkdir(parents=True)
+        for k in range(per_set):
+            (d / f"k{k}.loom").write_text(KERNEL.format(name=f"s{s}k{k}", helper=helper, group=32 * (k + 1)))
+        toml.append(f'[[kernels]]\nname = "set{s}"\nsrcs = ["k/set{s}/*.loom"]\nlibraries = ["{helper}"]\n')
+    (folder / "loom.toml").write_text("\n".join(toml) + extra)
+    return folder
+
+
+def run(*argv: str) -> int:
+    with pytest.raises(SystemExit) as e:
+        main(list(argv))
+    return e.value.code or 0
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def trace_events(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["traceEvents"]
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LOOM_CACHE_DIR", str(cache))
+    return cache
+
+
+def test_the_sample_project(tmp_path: Path, fresh_cache: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(SAMPLE, project, ignore=shutil.ignore_patterns("build", "dist"))
+    assert run("build", str(project), "--progress", "plain", "--package") == 0
+    out = project / "build" / "loom"
+    files = sorted(outputs(out))
+    assert files == sorted([".loom-build.json"] + [
+        f"{t}/{s}{ext}" for t, native in (("amdgpu-gfx1100", ".hsaco"), ("spirv-vulkan1.3", ".spv"))
+        for s in ("blas", "elementwise") for ext in (native, ".launch.loombc", ".manifest.json")])
+    manifest = json.loads((out / "amdgpu-gfx1100" / "blas.manifest.json").read_text())
+    assert [k["export"] for k in manifest["kernels"]] == ["saxpy", "scale"]
+    assert manifest["kernels"][0]["workgroup_size"] == [128, 1, 1]  # [config] blas.group = 128
+    assert manifest["kernels"][0]["launch_config"] == "blas.launch.loombc"
+    assert (out / "amdgpu-gfx1100" / "blas.hsaco").read_bytes()[:4] == b"\x7fELF"
+    assert (project / "dist" / "demo-0.1.0.loompkg.tar.gz").exists()
+
+
+def test_incremental_builds(tmp_path: Path, fresh_cache: Path) -> None:
+    project = make_project(tmp_path / "p", sets=2)
+    out = project / "build" / "loom" / "spirv-vulkan1.3"
+    trace = tmp_path / "t.json"
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert len(trace_events(trace)) == 2
+    first = outputs(out)
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert trace_events(trace) == []  # a no-op build compiles nothing
+    # A changed library rebuilds only the set that uses it.
+    (project / "lib" / "square.loom").write_text(LIBRARY.format(helper="square", op="addf"))
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert [e["name"] for e in trace_events(trace)] == ["set1 spirv:vulkan1.3"]
+    second = outputs(out)
+    assert {k for k in first if first[k] != second[k]} == {"set1.spv", "set1.manifest.json"}
+    # A damaged output is noticed and rewritten from the cache (no compile).
+    (out / "set0.spv").write_bytes(b"junk")
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert trace_events(trace) == [] and outputs(out) == second
+
+
+def test_cold_cache_only_and_no_cache_give_identical_bytes(tmp_path: Path, fresh_cache: Path) -> None:
+    project = make_project(tmp_path / "p", sets=3, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"))
+    out = project / "build" / "loom"
+    trace = tmp_path / "t.json"
+    results = {}
+    for name, flags in [("cold", []), ("cache-only", []), ("no-cache", ["--no-cache"])]:
+        shutil.rmtree(out, ignore_errors=True)
+        assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace), *flags) == 0
+        results[name] = outputs(out)
+        assert len(trace_events(trace)) == (0 if name == "cache-only" else 6)
+    assert results["cold"] == results["cache-only"] == results["no-cache"]
+    assert len(results["cold"]) == 3 * 2 * 3 + 1
+
+
+def test_a_whole_build_through_the_inline_sink(tmp_path: Path, fresh_cache: Path) -> None:
+    project = make_project(tmp_path / "p", sets=2)
+    trace = tmp_path / "t.json"
+    assert run("build", str(project), "-q", "-j", "1", "--no-cache", "--trace", str(trace)) == 0
+    events = trace_events(trace)
+    assert len(events) == 2 and {e["pid"] for e in events} == {os.getpid()}  # ran in this process
+    inline = outputs(project / "build" / "loom")
+    shutil.rmtree(project / "build")
+    assert run("build", str(project), "-q", "-j", "2", "--no-cache", "--trace", str(trace)) == 0
+    assert os.getpid() not in {e["pid"] for e in trace_events(trace)}
+    assert outputs(project / "build" / "loom") == inline
+
+
+def test_trace_is_chrome_trace_json(tmp_path: Path, fresh_cache: Path) -> None:
+    project = make_project(tmp_path / "p", sets=3)
+    trace = tmp_path / "trace.json"
+    assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace)) == 0
+    events = trace_events(trace)
+    assert len(events) == 3
+    for e in events:
+        assert e["ph"] == "X" and e["cat"] == "compile" and e["dur"] > 0 and e["tid"] in (0, 1)
+        assert e["ts"] > 1_600_000_000_000_000  # microseconds since the Unix epoch
+
+
+BROKEN = 'kernel.def export("bad") @bad() {\n  %x = index.constant 1 : f32\n}\n'
+
+
+def test_keep_going_reports_every_failure(tmp_path: Path, fresh_cache: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    project = make_project(tmp_path / "p", sets=3)
+    for s in (0, 2):
+        (project / "k" / f"set{s}" / "k1.loom").write_text(BROKEN)
+    assert run("build", str(project), "--progress", "plain") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("error [") == 1 and "FAILED" in captured.out
+    assert run("build", str(project), "--progress", "plain", "--keep-going") == 1
+    captured = capsys.readouterr()
+    assert "set0/k1.loom:3:2: error [PARSE/003]" in captured.err and "set2/k1.loom:3:2:" in captured.err
+    assert "compiled set1" in captured.out or "cached set1" in captured.out
+    assert (project / "build" / "loom" / "spirv-vulkan1.3" / "set1.spv").exists()
+    assert not (project / "build" / "loom" / "spirv-vulkan1.3" / "set0.spv").exists()
+
+
+def test_quiet_prints_nothing_and_target_and_out_dir_flags(tmp_path: Path, fresh_cache: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    project = make_project(tmp_path / "p", sets=1)
+    out = tmp_path / "elsewhere"
+    assert run("build", str(project), "-q", "--target", "amdgpu:gfx942", "--out-dir", str(out)) == 0
+    assert capsys.readouterr() == ("", "")
+    assert sorted(p.name for p in (out / "amdgpu-gfx942").iterdir()) == [
+        "set0.hsaco", "set0.launch.loombc", "set0.manifest.json"]
+    assert not (project / "build").exists()
+
+
+@pytest.mark.parametrize("toml,message", [
+    ('[project]\nname = "p"\nversion = "1"\nbogus = 1\n', "loom.toml:4: [project]: unknown key `bogus`"),
+    ('[project]\nname = "p"\n', "loom.toml:1: [project]: missing key `version`"),
+    ('[project]\nname = "p"\nversion = 1\n', "loom.toml:3: [project]: key `version`: expected a non-empty string"),
+    ('[project]\nname = "p"\nversion = "1"\n[build]\ntargets = ["gfx1"]\n',
+     "loom.toml:5: [build]: key `targets`: unknown target `gfx1`"),
+    ('[project]\nname = "p"\nversion = "1"\n[build]\nout-dir = "../out"\n',
+     "loom.toml:5: [build]: key `out-dir`: '../out' leaves the project folder"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["/etc/*.loom"]\n',
+     "loom.toml:7: [[kernels]] 'k': key `srcs`: '/etc/*.loom' leaves the project folder"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["../x/*.loom"]\n',
+     "loom.toml:7: [[kernels]] 'k': key `srcs`: '../x/*.loom' leaves the project folder"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["none/*.loom"]\n',
+     "loom.toml:7: [[kernels]] 'k': key `srcs`: 'none/*.loom' matches no file"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["out/*.loom"]\n',
+     "loom.toml:7: [[kernels]] 'k': key `srcs`: 'out/*.loom' leads outside the project folder"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["a.loom"]\nlibraries = ["nope"]\n',
+     "loom.toml:8: [[kernels]] 'k': key `libraries`: no [[library]] named 'nope'"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["a.loom"]\nsrc = 1\n',
+     "loom.toml:8: [[kernels]] #1: unknown key `src`"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = "a.loom"\n',
+     "loom.toml:7: [[kernels]] 'k': key `srcs`: expected a list of strings"),
+    ('[project]\nname = "p"\nversion = "1"\n\n[[kernels]]\nname = "k"\nsrcs = ["a.loom"]\nroots = ["k"]\n',
+     "loom.toml:8: [[kernels]] 'k': key `roots`: 'k' is not a symbol"),
+    ('[project]\nname = "p"\nversion = "1"\n[package]\nformat = "zip"\n',
+     "loom.toml:5: [package]: key `format`: 'zip' is not supported"),
+    ('[project\nname = "p"\n', "loom.toml:1: invalid TOML"),
+    ('[project]\nname = "p"\nversion = "1"\n[extra]\n', "loom.toml:4: loom.toml: unknown key `extra`"),
+])
+def test_loom_toml_errors_name_file_line_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str,
+                                                message: str) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.loom").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.loom").write_text("")
+    (project / "out").symlink_to(outside)
+    (project / "loom.toml").write_text(toml)
+    assert run("build", str(project)) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_missing_project_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("build", str(tmp_path)) == 2
+    assert "loom.toml: no such file" in capsys.readouterr().err

@@ -1,0 +1,179 @@
+"""The layering of docs/architecture.md, checked on every import.
+
+Each module's imports are read with `ast`, at any depth (function-level
+imports included), and every `loomcli` import must point down the stack:
+to the module's own package or to a package listed before it in `LAYERS`.
+Imports under `if TYPE_CHECKING:` never run; they are held to the same rule
+except for the few in `TYPE_ONLY`, where a lower layer names the upper one
+that implements an interface it drives.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "loomcli"
+
+# Bottom to top; a package may import only itself and the ones before it.
+# An entry names a package or, where one package spans two layers, a module
+# (the longest matching entry wins).
+LAYERS = (
+    "errors",       # LoomError, UsageError, exit codes, atomic_write
+    "diagnostics",  # Diagnostic, CompileError, the catalogue of codes
+    "cache",        # the content-addressed artifact cache
+    "jobs",         # workers, the pool, the jobserver client, the task-sink contract
+    "ir",           # core, types, attrs, the op table and its format directives, verifier, builder
+    "text",         # lexer, parser, printer
+    "bytecode",     # reader, writer
+    "semantics",    # folding, evaluation, launch-config interpretation
+    "targets",      # profiles, records, the device ABI, the TARGET checks
+    "frontend",     # load a .loom or .loombc file, verified
+    "launch",       # read and evaluate launch-config artifacts (loom launch-eval)
+    "passes",       # the pass registry, pipelines, every Loom-to-Loom pass
+    "link",         # link index, linker, gathering config bindings
+    "pipeline",     # link + bind + specialize + passes as plain calls
+    "emit",         # instruction selection per family, artifacts, launch-config building
+    "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
+    "jobs.compile",  # the compile service: one request through pipeline and emission
+    "jobs.session",  # a build session: pool, cache and compile service together
+    "frontier",     # command programs -> command bytes and kernel requests (compiled through jobs.compile)
+    "driver",       # click glue: options, diagnostics printing, exit codes
+    "commands",     # one module per command
+    "cli",          # the lazy command registry
+    "__main__",
+)
+RANK = {name: i for i, name in enumerate(LAYERS)}
+
+# (importing module, imported module): type-only imports allowed upward.
+TYPE_ONLY = {
+    # Format directives parse and print themselves through the parser's and
+    # printer's interface; the text layer implements it.
+    ("loomcli.ir.format", "loomcli.text.parser"),
+    ("loomcli.ir.format", "loomcli.text.printer"),
+}
+
+# Only the command line may reach click, rich and the driver.
+CLI_ONLY = {"click", "rich"}
+CLI_PACKAGES = {"cli", "driver", "commands", "__main__"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str       # the importing module, e.g. loomcli.passes.cse
+    target: str       # the imported module, e.g. loomcli.ir.core
+    line: int
+    type_only: bool
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.line} imports {self.target}"
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> str:
+    """The `LAYERS` entry `module` belongs to ("" for the package itself)."""
+    parts = module.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in RANK:
+            return ".".join(parts[:n])
+    return parts[0] if parts else ""
+
+
+def imports_of(path: Path, root: Path = ROOT) -> list[Import]:
+    """Every import in `path`, resolved to absolute module names."""
+    module = module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            # `from loomcli.x import y` may name the submodule loomcli.x.y.
+            targets = [origin] if node.module else [f"{origin}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [Import(module, t, node.lineno, id(node) in type_only) for t in targets]
+    return found
+
+
+def all_imports() -> list[Import]:
+    return [i for path in sorted(PACKAGE.rglob("*.py")) for i in imports_of(path)]
+
+
+def wrong_way(imports: list[Import]) -> list[Import]:
+    bad = []
+    for i in imports:
+        if not i.target.startswith("loomcli."):
+            continue
+        src, dst = layer(i.module), layer(i.target)
+        if src == dst or (i.type_only and (i.module, i.target) in TYPE_ONLY):
+            continue
+        if RANK.get(dst, len(LAYERS)) > RANK[src]:
+            bad.append(i)
+    return bad
+
+
+def test_module_layers() -> None:
+    assert [layer(m) for m in ("loomcli.jobs.compile", "loomcli.jobs.pool", "loomcli.ir.core", "loomcli")] == [
+        "jobs.compile", "jobs", "ir", ""]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {layer(module_name(p)) for p in PACKAGE.rglob("*.py")} - {""}
+    assert packages <= set(LAYERS), f"add {sorted(packages - set(LAYERS))} to LAYERS and docs/architecture.md"
+
+
+def test_imports_point_down() -> None:
+    bad = wrong_way(all_imports())
+    assert not bad, "wrong-way imports (see docs/architecture.md):\n" + "\n".join(map(str, bad))
+
+
+def test_only_the_command_line_imports_click_rich_or_the_driver() -> None:
+    bad = [i for i in all_imports()
+           if layer(i.module) not in CLI_PACKAGES
+           and (i.target.split(".")[0] in CLI_ONLY or i.target.startswith("loomcli.driver"))]
+    assert not bad, "\n".join(map(str, bad))
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
+    """The rule cannot pass by not looking: a nested, a relative and a
+    type-only upward import are all found."""
+    fake = tmp_path / "loomcli" / "ir" / "fake.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("from typing import TYPE_CHECKING\n"
+                    "def f():\n    from loomcli.passes import cse\n"
+                    "from ..emit import artifacts\n"
+                    "if TYPE_CHECKING:\n    from loomcli.text.printer import Printer\n")
+    assert sorted(str(i) for i in wrong_way(imports_of(fake, tmp_path))) == [
+        "loomcli.ir.fake:3 imports loomcli.passes",
+        "loomcli.ir.fake:4 imports loomcli.emit",
+        "loomcli.ir.fake:6 imports loomcli.text.printer",
+    ]
+
+
+@pytest.mark.parametrize("forbidden", ["loomcli.passes", "loomcli.emit", "llvmlite"])
+def test_semantics_and_launch_stay_light(forbidden: str) -> None:
+    """launch-eval's modules (semantics, launch, targets) reach no pass, emitter or LLVM, even lazily."""
+    light = {"semantics", "launch", "targets"}
+    bad = [i for i in all_imports() if layer(i.module) in light and i.target.startswith(forbidden)]
+    assert not bad, "\n".join(map(str, bad))
