@@ -8,9 +8,16 @@ and write every output into `--out-dir` only once all of them exist.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+
+if TYPE_CHECKING:
+    from loomcli.frontier import CommandProduct, FrontierOptions
+    from loomcli.frontier.compiling import CompiledProduct
+    from loomcli.targets.profiles import Profile
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,14 +65,43 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
                               config_files=config_files, spec=specs, profile=profile)
     printer = DiagnosticPrinter(diagnostics_format)
     if compile_requests:
-        raise UsageError("--compile is not available yet")
-    product = build_command_product(options)
-    printer.emit(list(product.warnings))
-    files = product_files(product, requests=not no_requests)
+        if profile is None:
+            raise UsageError("--compile needs --target")
+        product, compiled = _compile(options, profile, jobs, printer)
+        files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
+    else:
+        product = build_command_product(options)
+        printer.emit(list(product.warnings))
+        files = product_files(product, requests=not no_requests)
     publish(out_dir, files)
     for program in product.programs:
         click.echo(product.summary(program))
     return 0
+
+
+def _compile(options: FrontierOptions, profile: Profile, jobs: int | None,
+             printer: DiagnosticPrinter) -> tuple[CommandProduct, CompiledProduct]:
+    """Build the product while its requests compile (cache first, misses through the pool)."""
+    from loomcli.diagnostics import CompileError
+    from loomcli.frontier import build_command_product
+    from loomcli.frontier.compiling import RequestCompiler
+    from loomcli.jobs.pool import resolve_jobs
+    from loomcli.jobs.session import compile_session
+
+    def warn(message: str) -> None:
+        click.echo(f"loom: warning: {message}", err=True)
+
+    with compile_session(jobs, resolve_jobs(jobs), [profile.name], warn=warn) as session:
+        compiler = RequestCompiler(session.service, profile)
+        try:
+            product = build_command_product(options, compiler)
+        except CompileError:
+            compiler.discard()  # publication was provisional: children finish (and are cached), nothing binds
+            raise
+        printer.emit(list(product.warnings))
+        compiled = compiler.finish(product)
+    printer.emit(compiled.warnings)
+    return product, compiled
 
 def _print(path: str) -> int:
     from loomcli.frontier.loomcmd import print_command, read_command

@@ -159,9 +159,9 @@ def build_command_product(options: FrontierOptions, sink: RequestSink | None = N
 def _build(options: FrontierOptions, sink: RequestSink | None) -> CommandProduct:
     from loomcli.frontend import display_path
     from loomcli.frontier.prepare import Preparer
-    from loomcli.passes.bind import bind_module
     from loomcli.link.index import LinkIndex
     from loomcli.link.linker import link
+    from loomcli.passes.bind import bind_module
     from loomcli.pipeline import LinkOptions, collect_bindings
 
     index = LinkIndex.build([options.input], options.libraries)
