@@ -357,9 +357,9 @@ def _front_end(project: Project, ks: KernelSet, libraries: _Libraries,
     from loomcli.diagnostics import has_errors
     from loomcli.frontend import load_bytes
     from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.config import bind_module
     from loomcli.link.index import LinkIndex, input_from_module
     from loomcli.link.linker import link
+    from loomcli.passes.bind import bind_module
     from loomcli.pipeline import LinkOptions, collect_bindings, default_roots
 
     with gc_paused():
