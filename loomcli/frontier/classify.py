@@ -18,7 +18,6 @@ or provider reached with different decisions is cloned (`@f`, then `@f.1`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
@@ -31,15 +30,6 @@ from loomcli.targets.profiles import Profile
 ClassKey = tuple[str, tuple[tuple[tuple[int, ...], str | None], ...]]
 
 _BODIES = ("func.def", "template.def")
-
-
-@dataclass
-class Classified:
-    """One launch site classified: its class, and the request module of that class."""
-
-    key: ClassKey
-    module: Module
-    warnings: list[Diagnostic]
 
 
 def _path(op: Operation) -> tuple[int, ...]:
@@ -58,9 +48,10 @@ class _ClassSelector(Selector):
     """Final selection over one kernel copy, entering callees at their sites
     and rewriting applies for a request."""
 
-    def __init__(self, source: Module, request: Module, profile: Profile | None,
+    def __init__(self, source: Module, request: Module | None, profile: Profile | None,
                  positions: dict[str, int]) -> None:
-        super().__init__(source, profile, "final", rewrite=True)
+        # Without a request module the walk only classifies: nothing is copied or rewritten.
+        super().__init__(source, profile, "final", rewrite=request is not None)
         self.request = request
         self.positions = positions
         self.order: dict[int, tuple[int, int]] = {}   # id(request op) -> (source position, copy number)
@@ -79,7 +70,7 @@ class _ClassSelector(Selector):
         from loomcli.ir.ops import F_ANY, F_DEV, F_HOST
         from loomcli.passes.facts import Facts
 
-        copy = clone_op(callee, comments=False)
+        copy = clone_op(callee, comments=False) if self.request is not None else callee
         region = copy.regions[0]
         facts = Facts(self._order_of)
         for k, a in enumerate(region.args):
@@ -94,6 +85,8 @@ class _ClassSelector(Selector):
         saved, self._prefix = self._prefix, prefix
         self._walk(region, ctx, facts, sym, prefix + (0,), self._profile_of(callee))
         self._prefix = saved
+        if self.request is None:
+            return sym
         inner = tuple((d.path[len(prefix):], d.winner) for d in self.decisions[first:])
         key = (sym, inner)
         name = self.instances.get(key)
@@ -122,18 +115,23 @@ class _ClassSelector(Selector):
             callee = self.symbols.get(op.attrs.get("callee", ""))
             if callee is not None and callee.name in _BODIES:
                 constants = [facts.constant(v) for v in op.operands]
-                op.attrs["callee"] = self.enter(callee, constants, self._prefix + _path(op))
+                name = self.enter(callee, constants, self._prefix + _path(op))
+                if self.request is not None:
+                    op.attrs["callee"] = name
         super()._learn(op, facts, profile)
 
     def _select(self, op: Operation, ctx: str, facts: Any, sym: str, path: tuple[int, ...],
                 profile: Profile | None) -> None:
         constants = [facts.constant(v) for v in op.operands]
         self._last_call = None
+        first = len(self.decisions)
         super()._select(op, ctx, facts, sym, path, profile)
-        call = self._last_call
-        if call is not None:
-            winner = self.symbols[call.attrs["callee"]]
-            call.attrs["callee"] = self.enter(winner, constants, path)
+        winner = self.decisions[first].winner if len(self.decisions) > first else None
+        if winner is None:
+            return
+        name = self.enter(self.symbols[winner], constants, path)
+        if self._last_call is not None:
+            self._last_call.attrs["callee"] = name
 
     def _rewrite(self, apply: Operation, winner: str) -> None:
         """`template.apply` -> `index.assume` of the winner's `where` + `template.call @winner`."""
@@ -184,10 +182,22 @@ class RequestBuilder:
         self.symbols = module.symbols()
         self.positions = {op.attrs["sym"]: i for i, op in enumerate(module.ops) if "sym" in op.attrs}
 
-    def classify(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None) -> Classified:
+    def classify(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None
+                 ) -> tuple[ClassKey, list[Diagnostic]]:
         """The class of launching `kernel` with device arguments `device`
-        (constants; anything else is not a constant) and its request module.
-        Raises CompileError (LINK/005, LINK/006, CONFIG/003)."""
+        (constants; anything else is not a constant) and the selection's
+        warnings. Walks the kernel without copying it. Raises CompileError
+        (LINK/005, LINK/006)."""
+        sel = _ClassSelector(self.module, None, profile, self.positions)
+        sel.select_symbol(kernel, _constants(kernel, device))
+        if has_errors(sel.diags):
+            raise CompileError(sel.diags)
+        key: ClassKey = (kernel.attrs["sym"], tuple((d.path, d.winner) for d in sel.decisions))
+        return key, [d for d in sel.diags if d.severity != "error"]
+
+    def request(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None) -> Module:
+        """The request module of the class of this launch (see the module docstring).
+        Raises CompileError (CONFIG/003 for an unbound `config.get` it reaches)."""
         from loomcli.ir.clone import clone_op
 
         request = Module("<request>")
@@ -196,14 +206,11 @@ class RequestBuilder:
         request.body.append(copy)
         sel = _ClassSelector(self.module, request, profile, self.positions)
         sel.order[id(copy)] = (self.positions[kernel.attrs["sym"]], 0)
-        body = copy.regions[1]
-        constants = {a: c for a, c in zip(body.args, device) if isinstance(c, (bool, int, float))}
-        sel.select_symbol(copy, constants)
-        if has_errors(sel.diags):
+        sel.select_symbol(copy, _constants(copy, device))
+        if has_errors(sel.diags):  # pragma: no cover - `classify` saw the same decisions first
             raise CompileError(sel.diags)
-        key: ClassKey = (kernel.attrs["sym"], tuple((d.path, d.winner) for d in sel.decisions))
         self._close(request, sel)
-        return Classified(key, request, [d for d in sel.diags if d.severity != "error"])
+        return request
 
     def _close(self, request: Module, sel: _ClassSelector) -> None:
         """Add everything the request reaches, in source order; CONFIG/003 for an unbound `config.get`."""
@@ -236,3 +243,8 @@ class RequestBuilder:
             raise CompileError(sorted(unbound, key=lambda d: d.sort_key))
         request.body.ops.sort(key=lambda op: sel.order[id(op)])
         legalize_names(request)
+
+
+def _constants(kernel: Operation, device: tuple[Any, ...]) -> dict[Value, Any]:
+    """The site's constant device arguments, keyed by the kernel body's arguments."""
+    return {a: c for a, c in zip(kernel.regions[1].args, device) if isinstance(c, (bool, int, float))}

@@ -290,14 +290,15 @@ class _Builder:
         if ordinal is None:
             if self._requests is None:
                 self._requests = RequestBuilder(self.module, self.profile)
-            classified = self._requests.classify(kernel, site.device, site.profile)
-            for d in classified.warnings:
+            key, warnings = self._requests.classify(kernel, site.device, site.profile)
+            for d in warnings:
                 self.warnings.setdefault((d.file, d.line, d.column, d.code, d.message), d)
-            ordinal = self._classes.get(classified.key)
+            ordinal = self._classes.get(key)
             if ordinal is None:
+                module = self._requests.request(kernel, site.device, site.profile)
                 ordinal = self._new(kernel.attrs["sym"], "source")
-                self._classes[classified.key] = ordinal
-                self._publish(ordinal, kernel, classified.module)
+                self._classes[key] = ordinal
+                self._publish(ordinal, kernel, module)
             self._sites[memo] = ordinal
         return ordinal
 
