@@ -181,6 +181,7 @@ class RequestBuilder:
         self.profile = profile
         self.symbols = module.symbols()
         self.positions = {op.attrs["sym"]: i for i, op in enumerate(module.ops) if "sym" in op.attrs}
+        self._walkers: dict[str | None, _ClassSelector] = {}
 
     def classify(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None
                  ) -> tuple[ClassKey, list[Diagnostic]]:
@@ -188,7 +189,11 @@ class RequestBuilder:
         (constants; anything else is not a constant) and the selection's
         warnings. Walks the kernel without copying it. Raises CompileError
         (LINK/005, LINK/006)."""
-        sel = _ClassSelector(self.module, None, profile, self.positions)
+        name = profile.name if profile is not None else None
+        sel = self._walkers.get(name)
+        if sel is None:  # one walker per profile: its symbol and provider tables are built once
+            sel = self._walkers[name] = _ClassSelector(self.module, None, profile, self.positions)
+        sel.decisions, sel.diags = [], []
         sel.select_symbol(kernel, _constants(kernel, device))
         if has_errors(sel.diags):
             raise CompileError(sel.diags)
