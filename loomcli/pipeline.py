@@ -207,7 +207,7 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
 
             fold_target_facts(module, profile)
         run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
-        if profile is not None and profile.family in ("amdgpu", "spirv"):
+        if profile is not None and profile.family != "reference":
             module.body.append(_target_record(profile))  # the reference profile has no record spelling
         return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
 
@@ -215,16 +215,18 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
 def _target_record(profile: Profile) -> Any:
     from loomcli.ir.core import Operation
     from loomcli.ir.ops import OPS
+    from loomcli.targets.records import RECORD_OP
 
-    name = "amdgpu.target" if profile.family == "amdgpu" else "spirv.target"
-    return Operation(OPS[name], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
+    return Operation(OPS[RECORD_OP[profile.family]], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
 
 
 def compiled_target(module: Module) -> str | None:
     """The target a compiled module was specialized for (`family:selector`), if any."""
+    from loomcli.targets.records import RECORD_OPS
+
     for op in module.ops:
-        if op.attrs.get("sym") == COMPILED_FOR and op.name in ("amdgpu.target", "spirv.target"):
-            family = "amdgpu" if op.name == "amdgpu.target" else "spirv"
+        if op.attrs.get("sym") == COMPILED_FOR and op.name in RECORD_OPS:
+            family = RECORD_OPS[op.name]
             selector = op.attrs["kind"].replace("_", ".") if family == "spirv" else op.attrs["kind"]
             return f"{family}:{selector}"
     return None

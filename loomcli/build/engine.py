@@ -32,6 +32,8 @@ from typing import Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import FORMATS as EMIT_FORMATS
+from loomcli.emit import NATIVE_FORMAT
 from loomcli.errors import LoomError, atomic_write
 from loomcli.jobs.compile import CompileOutcome, CompileRequest
 from loomcli.jobs.pool import TaskEvent
@@ -39,8 +41,8 @@ from loomcli.jobs.pool import TaskEvent
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 1
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
-EXTENSIONS = {"amdgpu": ".hsaco", "spirv": ".spv"}
-FORMATS = {"amdgpu": "amdgpu-hsaco", "spirv": "spirv-binary"}
+FORMATS = dict(NATIVE_FORMAT)                                           # family -> the format a build writes
+EXTENSIONS = {family: EMIT_FORMATS[fmt][1] for family, fmt in FORMATS.items()}
 
 
 class Progress(Protocol):

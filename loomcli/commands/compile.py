@@ -17,10 +17,11 @@ import click
 from loomcli.driver import DiagnosticPrinter, UsageError, atomic_write, diagnostics_option
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
-ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text",
+               "asm")
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
-              "spirv-binary": ".spv", "llvmir-text": ".ll", "asm": ".s"}
-BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
+              "spirv-binary": ".spv", "nvptx-ptx": ".ptx", "nvptx-cubin": ".cubin", "llvmir-text": ".ll", "asm": ".s"}
+BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,13 +85,14 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
+    from loomcli.emit import LLVM_FAMILIES, NATIVE_FORMAT
     from loomcli.jobs.compile import CompileRequest
     from loomcli.jobs.session import compile_session
 
-    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family == "amdgpu" \
-            and out_format in ("amdgpu-hsaco", "asm", None):
+    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family in LLVM_FAMILIES \
+            and out_format in ("amdgpu-hsaco", "nvptx-ptx", "nvptx-cubin", "asm", None):
         # No cache can answer: start LLVM's worker now, it warms up while the front end runs.
-        from loomcli.emit.amdgpu import start_worker
+        from loomcli.emit.llvm.backend import start_worker
 
         start_worker()
 
@@ -109,7 +111,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
-            kind = fmt or ("spirv-binary" if profile.family == "spirv" else "amdgpu-hsaco")
+            kind = fmt or NATIVE_FORMAT[profile.family]
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
             assert output is not None and out_format is not None
@@ -120,7 +122,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if launch_file is not None and profile is None:
             raise UsageError("--emit-launch-config needs --target")
         if manifest_file is not None and kind in MODULE_FORMATS.values():
-            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
+            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)")
         request = CompileRequest(module=module_bytes, target=profile.name if profile is not None else "",
                                  format=kind, roots=tuple(roots), linked=True, pipeline=pipeline,
                                  require_resolved_config=require_resolved_config,

@@ -8,7 +8,7 @@ import click
 
 from loomcli.driver import UsageError, atomic_write, diagnostics_option
 
-FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

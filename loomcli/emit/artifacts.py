@@ -51,25 +51,18 @@ class Emission:
             self.checked = True
 
     def artifact(self, fmt: str) -> Artifact:
-        """The artifact in format `fmt`. Raises CompileError, UsageError."""
+        """The artifact in format `fmt`, from the family's emitter (`EMITTERS`). Raises CompileError, UsageError."""
+        from importlib import import_module
+
+        from loomcli.emit import EMITTERS
         from loomcli.errors import UsageError
 
-        family = FORMATS[fmt][0]
-        if family is not None and family != self.profile.family:
-            raise UsageError(f"format {fmt} is for {family} targets, not {self.profile.name}")
+        families = FORMATS[fmt][0]
+        if families is not None and self.profile.family not in families:
+            raise UsageError(f"format {fmt} is for {' and '.join(families)} targets, not {self.profile.name}")
         self._check()
-        if self.profile.family == "spirv":
-            from loomcli.emit.spirv import emit_spirv
-
-            artifact = emit_spirv(self.module, self.profile)
-            if fmt == "asm":
-                from loomcli.emit.spirv import disassemble
-
-                return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
-            return artifact
-        from loomcli.emit.amdgpu import emit_amdgpu
-
-        return emit_amdgpu(self.module, self.profile, fmt)
+        module_name, _, function = EMITTERS[self.profile.family].partition(":")
+        return getattr(import_module(module_name), function)(self.module, self.profile, fmt)
 
     def launch_config(self) -> bytes:
         """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""

@@ -89,6 +89,9 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
                 "gfx1200", "gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-3-generic",
                 "gfx11-generic", "gfx12-generic")
 VULKAN_ENVS = ("vulkan1_1", "vulkan1_2", "vulkan1_3")
+NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
+# The target record ops (section 7.8): `target(@t)` names one of these.
+TARGET_RECORDS = ("amdgpu.target", "spirv.target", "nvptx.target")
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,8 @@ op("amdgpu.target", Kind(AMDGPU_CHIPS), SymName(), Dict(), rule="target_record",
    traits={SYMBOL}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}")
 op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL}, example="spirv.target<vulkan1_3> @vk {subgroup_size = 32}")
+op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
+   traits={SYMBOL}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}")
 op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,

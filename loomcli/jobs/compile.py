@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from loomcli.cache import Cache
 
 TASK_FUNCTION = "loomcli.jobs.compile:compile_task"
-TARGET_FORMATS = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+TARGET_FORMATS = ("amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
 MODULE_FORMATS = ("loom-bytecode", "loom-text")
 
 _OUTCOME_MAGIC = b"LOOMOUT\x01"
@@ -219,7 +219,7 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         from loomcli.emit.artifacts import manifest
 
         if artifact is None:
-            raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)", 2)
+            raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)", 2)
         manifest_bytes = manifest(artifact, request.artifact_name, request.launch_config_name or None)
     return CompileOutcome("ok", artifact_bytes, launch_bytes, manifest_bytes, tuple(compiled.warnings), selections,
                           extra=extra)
@@ -273,19 +273,41 @@ def llvm_version() -> str:
         return "none"
 
 
+def ptxas_version() -> str:
+    """The version of the ptxas a cubin would be built with ("none" without one)."""
+    from loomcli.emit.nvptx.ptxas import find_ptxas
+
+    path = find_ptxas()
+    return _ptxas_version(path) if path is not None else "none"
+
+
+@cache
+def _ptxas_version(path: str) -> str:
+    from loomcli.emit.nvptx.ptxas import version
+
+    try:
+        return version(path)
+    except OSError:
+        return "unusable"
+
+
 def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
+    from loomcli.emit import LLVM_FAMILIES
     from loomcli.targets.profiles import parse_target
 
     header = request.header()
     del header["path"]
     if not request.manifest:  # the names only appear in the manifest
         del header["artifact_name"], header["launch_config_name"]
+    profile = parse_target(request.target) if request.target else None
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
-        "llvm": llvm_version() if request.target.startswith("amdgpu") or request.target.startswith("gfx") else "",
-        "profile": repr(parse_target(request.target)) if request.target else "",
+        "llvm": llvm_version() if profile is not None and profile.family in LLVM_FAMILIES else "",
+        # NVIDIA's assembler writes the cubin: its version decides the bytes.
+        "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
+        "profile": repr(profile) if profile is not None else "",
         "request": header,
     }
     h = hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode())

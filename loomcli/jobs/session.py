@@ -68,9 +68,9 @@ class Session:
 
 def preload_for(targets: list[str]) -> tuple[str, ...]:
     """Modules a worker prepares before its first task: the compile entry
-    point, and LLVM when an AMDGPU target is built."""
+    point, and LLVM when an AMDGPU or NVPTX target is built."""
     mods = ["loomcli.jobs.compile"]
-    if any(t.startswith("amdgpu") for t in targets):
+    if any(t.startswith(("amdgpu", "nvptx")) for t in targets):
         mods.append("loomcli.emit.llvm.codegen")
     return tuple(mods)
 

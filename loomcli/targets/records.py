@@ -1,5 +1,6 @@
-"""Target records in source: `amdgpu.target<chip> @r {keys}` and
-`spirv.target<vulkan1_x> @r {keys}` (LANGUAGE.md 7.8, 17.29-30).
+"""Target records in source: `amdgpu.target<chip> @r {keys}`,
+`spirv.target<vulkan1_x> @r {keys}` and `nvptx.target<sm_NN> @r {keys}`
+(LANGUAGE.md 7.8, 17.29-30; docs/nvptx.md).
 
 A record names a chip or Vulkan environment and overrides fields of its
 default profile. `RECORD_KEYS` is the whole vocabulary, one row per key:
@@ -20,7 +21,8 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import U32_MAX, Profile, parse_target, with_overrides
 
-RECORD_OPS = {"amdgpu.target": "amdgpu", "spirv.target": "spirv"}
+RECORD_OPS = {"amdgpu.target": "amdgpu", "spirv.target": "spirv", "nvptx.target": "nvptx"}
+RECORD_OP = {family: name for name, family in RECORD_OPS.items()}   # family -> record op
 FEATURES = ("f16", "f64", "i64", "int8_storage", "int16_storage")
 U63_MAX = (1 << 63) - 1
 _WAVE64_ONLY = ("gfx90a", "gfx942", "gfx950", "gfx9-generic", "gfx9-4-generic")
@@ -39,6 +41,8 @@ def _subgroup_size(v: Any, p: Profile) -> bool:
         return False
     if p.family == "amdgpu":
         return v == 64 if p.selector in _WAVE64_ONLY else v in (32, 64)
+    if p.family == "nvptx":
+        return v == 32  # a warp is 32 lanes on every NVIDIA GPU
     return 1 <= v <= 128 and v & (v - 1) == 0
 
 
@@ -51,7 +55,7 @@ class Key:
     field: str                              # the Profile field it sets
     valid: Callable[[Any, Profile], bool]
     axis: int | None = None                 # per-axis keys set one component of a triple
-    families: tuple[str, ...] = ("amdgpu", "spirv")
+    families: tuple[str, ...] = ("amdgpu", "spirv", "nvptx")
 
 
 RECORD_KEYS: dict[str, Key] = {
