@@ -89,6 +89,11 @@ def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
                                      if op.name not in ("check.case", "check.benchmark")]
+    from loomcli.ir.verifier import verify
+
+    invalid = [d for d in verify(result.module) if d.severity == "error"]
+    if invalid:  # never hand out a module that does not verify: say why instead
+        raise CompileError(invalid)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)
 
@@ -127,6 +132,9 @@ class CompileOptions:
     profile: Profile | None = None
     require_resolved_config: bool = False
     project_config: Mapping[str, Any] | None = None
+    # The result is emitted, interpreted or evaluated: every reachable
+    # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
+    for_execution: bool = False
 
 
 @dataclass
@@ -164,7 +172,7 @@ def compile_module(options: CompileOptions) -> Compiled:
     kernels). The garbage of one compile is collected after it.
     """
     with gc_paused():
-        return specialize(front_end(options), options.profile)
+        return specialize(front_end(options), options.profile, options.for_execution)
 
 
 def front_end(options: CompileOptions) -> FrontEnd:
@@ -187,10 +195,12 @@ def front_end(options: CompileOptions) -> FrontEnd:
         return FrontEnd(result.module, bindings, pipeline, warnings, files)
 
 
-def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
+def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = False) -> Compiled:
     """Select templates for `profile` (final with a target, early without)
     and run the pipeline, on a clone of the front end's module. A module
-    compiled for a target records it (a target record named @loom.compiled_for)."""
+    compiled for a target records it (a target record named @loom.compiled_for).
+    `for_execution`: the result will be emitted or run, so a reachable unbound
+    `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
     from loomcli.ir.clone import clone_op
     from loomcli.passes.pipeline import run_passes
     from loomcli.passes.select import select_templates
@@ -199,7 +209,8 @@ def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
         module = Module(front.module.path)
         for op in front.module.ops:
             module.body.append(clone_op(op))
-        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early")
+        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early",
+                                            require_resolved=for_execution)
         if has_errors(diags):
             raise CompileError(diags)
         if profile is not None:

@@ -325,20 +325,28 @@ def test_loom_build_writes_ptx_for_an_nvptx_target(tmp_path: Path) -> None:
     assert any(n.endswith("nvptx-sm_90/blas.ptx") for n in names), names
 
 
-@pytest.mark.parametrize("ptxas_env", ["", "/nonexistent/ptxas"])
-def test_missing_ptxas_is_a_clear_exit_3(tmp_path: Path, ptxas_env: str) -> None:
+def test_missing_ptxas_is_a_clear_exit_3(tmp_path: Path) -> None:
     import os
 
-    env = dict(os.environ, PTXAS=ptxas_env, PATH=str(tmp_path))
-    # Hide the nvidia-cuda-nvcc wheel: run with a sys.path that has no `nvidia` package.
-    code = ("import sys; sys.path[:] = [p for p in sys.path if not __import__('os').path.isdir(p + '/nvidia')]; "
-            "from loomcli.cli import main; sys.exit(main())")
     out = tmp_path / "s.cubin"
-    run = subprocess.run([sys.executable, "-c", code, "compile", str(ROOT / "samples" / "saxpy.loom"), "--target",
-                          "nvptx:sm_90", "-o", str(out)], capture_output=True, text=True, env=env)
+    run = subprocess.run([sys.executable, "-m", "loomcli", "compile", str(ROOT / "samples" / "saxpy.loom"),
+                          "--target", "nvptx:sm_90", "-o", str(out), "--no-cache"], capture_output=True, text=True,
+                         env=dict(os.environ, PTXAS=str(tmp_path / "no" / "ptxas")))
     assert run.returncode == 3, run.stderr
-    assert run.stderr.startswith("loom: error:") and "pip install 'loom-compiler[cuda]'" in run.stderr
-    assert "Traceback" not in run.stderr and not out.exists() and not list(tmp_path.glob("*.tmp*"))
+    assert run.stderr.startswith("loom: error: PTXAS=") and "pip install 'loom-compiler[cuda]'" in run.stderr
+    assert "Traceback" not in run.stderr and not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_no_ptxas_anywhere_says_how_to_get_it(monkeypatch: Any) -> None:
+    monkeypatch.delenv("PTXAS", raising=False)
+    monkeypatch.setattr(ptxas, "_package_ptxas", lambda: None)
+    monkeypatch.setattr(ptxas.shutil, "which", lambda name: None)
+    assert ptxas.find_ptxas() is None
+    with pytest.raises(LoomError) as e:
+        ptxas.require_ptxas()
+    assert e.value.exit_code == 3
+    assert str(e.value).startswith("building a cubin needs ptxas, which was not found; install NVIDIA's PTX "
+                                   "assembler: pip install 'loom-compiler[cuda]'")
 
 
 def test_ptxas_rejecting_ptx_is_an_internal_error() -> None:

@@ -65,24 +65,26 @@ def fold_target_facts(module: Module, profile: Profile | None) -> None:
     each becomes an index constant of its symbol's fixed subgroup size, with
     the same name; symbols whose profile has none keep it (TARGET/001 at
     emission)."""
+    from loomcli.ir.builder import substitute
     from loomcli.ir.core import Operation
     from loomcli.ir.ops import OPS
     from loomcli.targets.checks import profile_for
 
+    symbols = module.symbols()
     for top in module.ops:
         sites = [op for op in top.walk() if op.name == "target.subgroup.size"]
         if not sites:
             continue
-        chosen = profile_for(module, top, profile) if top.attrs.get("target") else profile
+        chosen = profile
+        record = symbols.get(top.attrs.get("target") or "")
+        if record is not None:
+            covered = profile is not None and profile.matches_record(record.attrs.get("kind", ""))
+            if top.name == "kernel.def" or profile is None:
+                chosen = profile_for(module, top, profile)
+            elif not covered:
+                continue  # a provider refuted here; TARGET/001 at emission if something reaches it
         size = getattr(chosen, "subgroup_size", None)
         if size is None:
             continue
         for op in sites:
-            old = op.results[0]
-            const = Operation(OPS["index.constant"], attrs={"value": size}, loc=op.loc)
-            const.comments = op.comments
-            old.replace_all_uses_with(const.add_result(old.type, old.name, old.loc))
-            region = op.parent
-            assert region is not None
-            region.ops[region.ops.index(op)] = const
-            const.parent = region
+            substitute(op, Operation(OPS["index.constant"], attrs={"value": size}, loc=op.loc))
