@@ -116,10 +116,11 @@ class _Scope:
     """The names visible at a point, as the parser tracks them: a chain of
     name tables up to the nearest isolated region."""
 
-    __slots__ = ("chain",)
+    __slots__ = ("chain", "shadow")
 
     def __init__(self, chain: list[dict[str, Value]]) -> None:
         self.chain = chain
+        self.shadow = False  # a declaration's later signature may reuse an earlier one's names
 
     def nested(self, isolated: bool) -> _Scope:
         return _Scope([{}] if isolated else [*self.chain, {}])
@@ -130,7 +131,7 @@ class _Scope:
         name = v.name
         if type(name) is not str or not _SSA_RE.match(name):
             _fail(op, f"{name!r} is not a value name")
-        for names in self.chain:
+        for names in self.chain[-1:] if self.shadow else self.chain:
             if name in names:
                 _fail(op, f"redefinition of `%{name}`")
         self.chain[-1][name] = v
@@ -563,7 +564,11 @@ def _sig_args(c: _OpCheck, d: F.SigArgs) -> None:
     if type(sig) is not Signature or type(sig.args) is not list or type(sig.results) is not list:
         c.fail(f"`{d.attr}` is not a signature")
     if d.region is None:
-        scope = c.outer.nested(True)
+        # A declaration's signatures share one scope: `launch(...) where`
+        # may name the specialization arguments, as the parser allows.
+        prev = next(iter(c.sig_scopes.values()), None)
+        scope = _Scope([{}]) if prev is None else _Scope([{}, *prev.chain[-1:]][::-1])
+        scope.shadow = prev is not None
         kind: type = LocalName
     else:
         first = d.region not in c.region_scopes
