@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import BACKENDS
 from loomcli.errors import LoomError, atomic_write
 from loomcli.jobs.compile import CompileOutcome, CompileRequest
 from loomcli.jobs.pool import TaskEvent
@@ -39,8 +40,6 @@ from loomcli.jobs.pool import TaskEvent
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 1
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
-EXTENSIONS = {"amdgpu": ".hsaco", "spirv": ".spv"}
-FORMATS = {"amdgpu": "amdgpu-hsaco", "spirv": "spirv-binary"}
 
 
 class Progress(Protocol):
@@ -85,7 +84,7 @@ class Item:
     def files(self) -> dict[str, str]:
         """Output role -> file name."""
         name = self.kernels.name
-        return {"artifact": name + EXTENSIONS[self.family], "launch_config": f"{name}.launch.loombc",
+        return {"artifact": name + BACKENDS[self.family].suffix, "launch_config": f"{name}.launch.loombc",
                 "manifest": f"{name}.manifest.json"}
 
 
@@ -182,7 +181,8 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
                 continue
             for item in misses:
                 names = item.files()
-                request = CompileRequest(module=module_bytes, target=item.target, format=FORMATS[item.family],
+                request = CompileRequest(module=module_bytes, target=item.target,
+                                         format=BACKENDS[item.family].native_format,
                                          roots=roots, linked=True, pipeline=project.pipeline, launch_config=True,
                                          manifest=True, artifact_name=names["artifact"],
                                          launch_config_name=names["launch_config"],

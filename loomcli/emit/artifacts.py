@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from loomcli.diagnostics import CompileError, has_errors
-from loomcli.emit import FORMATS, SUFFIX_FORMATS, Artifact
+from loomcli.emit import SUFFIX_FORMATS, Artifact, backend_for, families_writing
 from loomcli.ir.core import Module
 from loomcli.targets.profiles import Profile
 
@@ -54,22 +54,12 @@ class Emission:
         """The artifact in format `fmt`. Raises CompileError, UsageError."""
         from loomcli.errors import UsageError
 
-        family = FORMATS[fmt][0]
-        if family is not None and family != self.profile.family:
-            raise UsageError(f"format {fmt} is for {family} targets, not {self.profile.name}")
+        backend = backend_for(self.profile)
+        if fmt not in backend.formats:
+            raise UsageError(f"format {fmt} is for {' and '.join(families_writing(fmt))} targets, "
+                             f"not {self.profile.name}")
         self._check()
-        if self.profile.family == "spirv":
-            from loomcli.emit.spirv import emit_spirv
-
-            artifact = emit_spirv(self.module, self.profile)
-            if fmt == "asm":
-                from loomcli.emit.spirv import disassemble
-
-                return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
-            return artifact
-        from loomcli.emit.amdgpu import emit_amdgpu
-
-        return emit_amdgpu(self.module, self.profile, fmt)
+        return backend.emit(self.module, self.profile, fmt)
 
     def launch_config(self) -> bytes:
         """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""

@@ -175,8 +175,8 @@ class _Builder:
             record = records.get(identity)
             if record is None:
                 record = records[identity] = f"{TARGET_PREFIX}{len(records)}"
-                op_name = "amdgpu.target" if profile.family == "amdgpu" else "spirv.target"
-                out.append(create(op_name, attrs={"kind": profile.chip, "sym": record, "dict": keys}))
+                assert profile.record_op is not None
+                out.append(create(profile.record_op, attrs={"kind": profile.chip, "sym": record, "dict": keys}))
             entry = entry_name(kernel)
             facts = {"subgroup_size": profile.subgroup_size or 0, "workgroup_storage_bytes": storage}
             for fact, t in FACTS.items():

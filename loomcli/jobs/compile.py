@@ -28,6 +28,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import FORMATS
 from loomcli.errors import LoomError
 from loomcli.jobs.tasks import Task, TaskResult, TaskSink, WorkerContext
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from loomcli.cache import Cache
 
 TASK_FUNCTION = "loomcli.jobs.compile:compile_task"
-TARGET_FORMATS = ("amdgpu-hsaco", "spirv-binary", "llvmir-text", "asm")
+TARGET_FORMATS = tuple(FORMATS)   # every artifact format of the emitter table
 MODULE_FORMATS = ("loom-bytecode", "loom-text")
 
 _OUTCOME_MAGIC = b"LOOMOUT\x01"
@@ -276,6 +277,7 @@ def llvm_version() -> str:
 def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
+    from loomcli.emit import backend_for
     from loomcli.targets.profiles import parse_target
 
     header = request.header()
@@ -284,7 +286,7 @@ def cache_key(request: CompileRequest) -> str:
         del header["artifact_name"], header["launch_config_name"]
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
-        "llvm": llvm_version() if request.target.startswith("amdgpu") or request.target.startswith("gfx") else "",
+        "llvm": llvm_version() if request.target and backend_for(parse_target(request.target)).llvm else "",
         "profile": repr(parse_target(request.target)) if request.target else "",
         "request": header,
     }

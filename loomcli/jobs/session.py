@@ -68,9 +68,12 @@ class Session:
 
 def preload_for(targets: list[str]) -> tuple[str, ...]:
     """Modules a worker prepares before its first task: the compile entry
-    point, and LLVM when an AMDGPU target is built."""
+    point, and LLVM when a target that emits through it is built."""
+    from loomcli.emit import backend_for
+    from loomcli.targets.profiles import parse_target
+
     mods = ["loomcli.jobs.compile"]
-    if any(t.startswith("amdgpu") for t in targets):
+    if any(backend_for(parse_target(t)).llvm for t in targets):
         mods.append("loomcli.emit.llvm.codegen")
     return tuple(mods)
 

@@ -2,8 +2,9 @@
 
 `specialize-config` applies the run's config bindings (LANGUAGE.md 11);
 `select-templates` runs template selection for the run's target profile
-(LANGUAGE.md 10). `loom compile` runs both before the pipeline; as passes
-they can also appear in pipeline text, e.g. for `loom opt`.
+(LANGUAGE.md 10); `specialize-target` folds the profile's facts. A compile
+runs the target ones before its pipeline (`loomcli.pipeline.SPECIALIZE_FOR_TARGET`);
+all three can also appear in pipeline text, e.g. for `loom opt`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ class SelectTemplates(ModulePass):
 
         if self.mode not in ("early", "final"):
             raise UsageError(f"select-templates{{mode={self.mode}}}: expected early or final")
-        _, diags = select_templates(module, ctx.target, self.mode)
+        decisions, diags = select_templates(module, ctx.target, self.mode)
         if has_errors(diags):
             raise CompileError(diags)
+        ctx.decisions += decisions
+        ctx.warnings += diags
 
 
 @dataclass(frozen=True)

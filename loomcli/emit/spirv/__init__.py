@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from loomcli.ir.core import Module
     from loomcli.targets.profiles import Profile
 
-__all__ = ["disassemble", "emit_spirv"]
+__all__ = ["disassemble", "emit_spirv", "emit_spirv_format"]
 
 
 def emit_spirv(module: Module, profile: Profile) -> Artifact:
@@ -26,6 +26,16 @@ def emit_spirv(module: Module, profile: Profile) -> Artifact:
     from loomcli.emit.spirv.emitter import SpirvEmitter
 
     return SpirvEmitter(module, profile).run()
+
+
+def emit_spirv_format(module: Module, profile: Profile, fmt: str) -> Artifact:
+    """The emitter-table entry: `spirv-binary`, or its disassembly for `asm`."""
+    from loomcli.emit import Artifact
+
+    artifact = emit_spirv(module, profile)
+    if fmt == "asm":
+        return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
+    return artifact
 
 
 def disassemble(data: bytes) -> str:
