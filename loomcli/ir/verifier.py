@@ -34,6 +34,7 @@ from loomcli.ir.ops import (
     PROGRAM,
     PURE,
     SYMBOL,
+    TARGET_RECORD_OPS,
     TERMINATOR,
 )
 from loomcli.ir.types import (
@@ -56,14 +57,6 @@ from loomcli.ir.types import (
 
 _EXPORT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
-SYMBOL_KINDS = {
-    "func.def": "function", "func.decl": "function", "template.decl": "template family",
-    "template.def": "template provider", "kernel.def": "kernel", "kernel.decl": "kernel",
-    "kernel.entry.decl": "entry", "command.program.def": "command program",
-    "command.program.decl": "command program", "config.decl": "config key", "config.def": "config key",
-    "amdgpu.target": "target", "spirv.target": "target", "check.case": "check case",
-    "check.benchmark": "benchmark",
-}
 
 _INT_KINDS = {"addi", "muli", "andi", "ori", "xori", "minsi", "maxsi", "minui", "maxui", "xchgi", "subi"}
 _FLOAT_KINDS = {"addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf", "xchgf"}
@@ -168,7 +161,7 @@ class Verifier:
             self.error("SYMBOL/002", op.loc_of(attr), s=name)
             return None
         if target.name not in kinds:
-            self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=SYMBOL_KINDS.get(target.name, target.name),
+            self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=target.opdef.symbol_kind or target.name,
                        kind2=expected)
             return None
         return target
@@ -756,7 +749,7 @@ class Verifier:
         if export is not None and not _EXPORT_RE.match(export):
             self.error("TYPE/005", op.loc_of("export"), literal=literal_text(export), type="export name")
         if "target" in op.attrs:
-            self.lookup(op, "target", ("amdgpu.target", "spirv.target"), "target")
+            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
 
     def _kernel_signature(self, op: Operation) -> None:
         self._arg_types(op.attrs["sig"], "workload argument", self._scalar_arg, "index, offset, integer or float")
@@ -906,7 +899,7 @@ class Verifier:
                 self.type_error(op.loc_of("results"), f"result of @{op.attrs['sym']}", "a host type", t)
         self._where(op, "sig")
         if "target" in op.attrs:
-            self.lookup(op, "target", ("amdgpu.target", "spirv.target"), "target")
+            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
 
     rule_func_def = _function_signature
     rule_func_decl = _function_signature
@@ -1025,7 +1018,7 @@ class Verifier:
                 self.error("SYMBOL/002", op.loc_of(f"symbols{i}"), s=name)
             elif not target.name.endswith(".decl"):
                 self.error("SYMBOL/003", op.loc_of(f"symbols{i}"), s=name,
-                           kind=SYMBOL_KINDS.get(target.name, target.name), kind2="declaration")
+                           kind=target.opdef.symbol_kind or target.name, kind2="declaration")
 
     # ------------------------------------------------------------ rules: commands and checks
 
@@ -1035,7 +1028,7 @@ class Verifier:
         self._arg_types(op.attrs["launch"], "launch argument", lambda t: t is BUFFER, "buffer")
         self._where(op, "launch")
         if "target" in op.attrs:
-            self.lookup(op, "target", ("amdgpu.target", "spirv.target"), "target")
+            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
 
     rule_program_def = _program_signature
     rule_program_decl = _program_signature
