@@ -31,7 +31,7 @@ from loomcli.targets.profiles import (
     all_targets,
     parse_target,
 )
-from loomcli.targets.records import RECORD_KEYS, check_records, record_keys, record_profile
+from loomcli.targets.records import RECORD_KEYS, RECORD_OP, check_records, record_keys, record_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_FILE = ROOT / "tests" / "launch" / "build_errors.loom"
@@ -144,13 +144,13 @@ def test_record_keys_reproduce_every_profile() -> None:
         keys = record_keys(base)
         assert set(keys) <= set(RECORD_KEYS)
         body = ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in keys.items())
-        op = "amdgpu.target" if base.family == "amdgpu" else "spirv.target"
-        _, record = _record(f"{op}<{base.chip}> @r {{{body}}}")
+        _, record = _record(f"{RECORD_OP[base.family]}<{base.chip}> @r {{{body}}}")
         profile, diags = record_profile(record)
         assert diags == [], base.name
         for field in ("subgroup_size", "max_workgroup_size", "max_flat_workgroup_size", "max_workgroup_storage_bytes",
                       "max_workgroup_count", "max_push_constant_bytes", "index_bitwidth", "offset_bitwidth",
-                      "features", "triple", "code_object_version", "spirv_version"):
+                      "features", "triple", "code_object_version", "spirv_version",
+                      "max_workgroup_storage_optin_bytes"):
             assert getattr(profile, field) == getattr(base, field), (base.name, field)
 
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from loomcli.errors import atomic_write
 
 PACKAGE_SCHEMA = 1
-_FORMATS = {".hsaco": "amdgpu-hsaco", ".spv": "spirv-binary", ".loomcmd": "loom-command"}
+_FORMATS = {".hsaco": "amdgpu-hsaco", ".spv": "spirv-binary", ".ptx": "nvptx-ptx", ".cubin": "nvptx-cubin",
+            ".loomcmd": "loom-command"}
 
 
 def _format(name: str) -> str:
@@ -39,7 +40,7 @@ def _format(name: str) -> str:
 def _exports(name: str, files: Mapping[str, bytes]) -> list[str]:
     """An artifact's exports, from the manifest beside it."""
     stem, ext = os.path.splitext(name)
-    if ext not in (".hsaco", ".spv"):
+    if ext not in (".hsaco", ".spv", ".ptx", ".cubin"):
         return []
     manifest = files.get(stem + ".manifest.json")
     if manifest is None:

@@ -20,7 +20,7 @@ from loomcli.emit import FORMATS as ARTIFACT_FORMATS
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
 ALL_FORMATS = ("loom-bytecode", "loom-text", *ARTIFACT_FORMATS)
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", **ARTIFACT_FORMATS}
-BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary"}
+BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -119,7 +119,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if launch_file is not None and profile is None:
             raise UsageError("--emit-launch-config needs --target")
         if manifest_file is not None and kind in MODULE_FORMATS.values():
-            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)")
+            raise UsageError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)")
         request = CompileRequest(module=module_bytes, target=profile.name if profile is not None else "",
                                  format=kind, roots=tuple(roots), linked=True, pipeline=pipeline,
                                  require_resolved_config=require_resolved_config,

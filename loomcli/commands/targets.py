@@ -26,6 +26,8 @@ def describe(profile: Profile) -> str:
         f"max_workgroup_size={_triple(p.max_workgroup_size)}",
         f"max_flat_workgroup_size={p.max_flat_workgroup_size}",
         f"max_workgroup_storage_bytes={p.max_workgroup_storage_bytes}",
+        (f"max_workgroup_storage_optin_bytes={p.max_workgroup_storage_optin_bytes}"
+         if p.max_workgroup_storage_optin_bytes is not None else ""),
         f"max_workgroup_count={_triple(p.max_workgroup_count)}",
         f"max_push_constant_bytes={p.max_push_constant_bytes if p.max_push_constant_bytes is not None else 'none'}",
         f"index_bitwidth={p.index_bitwidth}", f"offset_bitwidth={p.offset_bitwidth}",

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 FORMATS = {  # artifact format -> file suffix (in the order `--format` lists them)
     "amdgpu-hsaco": ".hsaco",
     "spirv-binary": ".spv",
+    "nvptx-ptx": ".ptx",
+    "nvptx-cubin": ".cubin",
     "llvmir-text": ".ll",
     "asm": ".s",
 }
@@ -59,10 +61,16 @@ class Backend:
 # The emitter table, keyed by target family.
 BACKENDS: dict[str, Backend] = {
     "amdgpu": Backend(("amdgpu-hsaco", "llvmir-text", "asm"), "loomcli.emit.amdgpu:emit_amdgpu",
-                      worker="loomcli.emit.amdgpu:start_worker", worker_formats=("amdgpu-hsaco", "asm"), llvm=True),
+                      worker="loomcli.emit.llvm.backend:start_worker", worker_formats=("amdgpu-hsaco", "asm"),
+                      llvm=True),
     "spirv": Backend(("spirv-binary", "asm"), "loomcli.emit.spirv:emit_spirv_format"),
+    # The PTX first: it needs no ptxas, and the CUDA driver compiles it for the GPU it runs on.
+    "nvptx": Backend(("nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm"), "loomcli.emit.nvptx:emit_nvptx",
+                     worker="loomcli.emit.llvm.backend:start_worker",
+                     worker_formats=("nvptx-ptx", "nvptx-cubin", "asm"), llvm=True),
 }
 NATIVE_FORMAT = {family: backend.native_format for family, backend in BACKENDS.items()}
+LLVM_FAMILIES = tuple(family for family, backend in BACKENDS.items() if backend.llvm)
 
 
 def backend_for(profile: Profile) -> Backend:

@@ -51,7 +51,7 @@ class Emission:
             self.checked = True
 
     def artifact(self, fmt: str) -> Artifact:
-        """The artifact in format `fmt`. Raises CompileError, UsageError."""
+        """The artifact in format `fmt`, from the family's row of the emitter table. Raises CompileError, UsageError."""
         from loomcli.errors import UsageError
 
         backend = backend_for(self.profile)

@@ -91,6 +91,8 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
                 "gfx1200", "gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-3-generic",
                 "gfx11-generic", "gfx12-generic")
 VULKAN_ENVS = ("vulkan1_1", "vulkan1_2", "vulkan1_3")
+NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
+# The target record ops (section 7.8): `target(@t)` names one of these.
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,9 @@ op("amdgpu.target", Kind(AMDGPU_CHIPS), SymName(), Dict(), rule="target_record",
    traits={SYMBOL, TARGET_RECORD}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}", symbol_kind="target")
 op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="spirv.target<vulkan1_3> @vk {subgroup_size = 32}", symbol_kind="target")
+op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
+   traits={SYMBOL, TARGET_RECORD}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}",
+   symbol_kind="target")
 op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,
@@ -395,4 +400,4 @@ def ops_with(trait: str) -> frozenset[str]:
     return frozenset(name for name, d in OPS.items() if d.has(trait))
 
 
-TARGET_RECORD_OPS = tuple(sorted(ops_with(TARGET_RECORD)))
+TARGET_RECORDS = tuple(name for name, d in OPS.items() if d.has(TARGET_RECORD))  # in declaration order

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from loomcli.ir.core import Operation
-from loomcli.ir.ops import TARGET_RECORD_OPS
+from loomcli.ir.ops import TARGET_RECORDS
 
 # Attributes holding one symbol name (without `@`).
 REF_ATTRS = ("callee", "family", "ref", "case", "target")
 
 DEFINITIONS = frozenset({"func.def", "template.def", "kernel.def", "command.program.def", "config.def",
-                         "check.case", "check.benchmark", *TARGET_RECORD_OPS})
+                         "check.case", "check.benchmark", *TARGET_RECORDS})
 # Declarations that a definition in another input replaces when linked.
 RESOLVABLE = {"func.decl": "func.def", "kernel.decl": "kernel.def",
               "command.program.decl": "command.program.def", "config.decl": "config.def"}

@@ -34,7 +34,7 @@ from loomcli.ir.ops import (
     PROGRAM,
     PURE,
     SYMBOL,
-    TARGET_RECORD_OPS,
+    TARGET_RECORDS,
     TERMINATOR,
 )
 from loomcli.ir.types import (
@@ -749,7 +749,7 @@ class Verifier:
         if export is not None and not _EXPORT_RE.match(export):
             self.error("TYPE/005", op.loc_of("export"), literal=literal_text(export), type="export name")
         if "target" in op.attrs:
-            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
+            self.lookup(op, "target", TARGET_RECORDS, "target")
 
     def _kernel_signature(self, op: Operation) -> None:
         self._arg_types(op.attrs["sig"], "workload argument", self._scalar_arg, "index, offset, integer or float")
@@ -899,7 +899,7 @@ class Verifier:
                 self.type_error(op.loc_of("results"), f"result of @{op.attrs['sym']}", "a host type", t)
         self._where(op, "sig")
         if "target" in op.attrs:
-            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
+            self.lookup(op, "target", TARGET_RECORDS, "target")
 
     rule_func_def = _function_signature
     rule_func_decl = _function_signature
@@ -1028,7 +1028,7 @@ class Verifier:
         self._arg_types(op.attrs["launch"], "launch argument", lambda t: t is BUFFER, "buffer")
         self._where(op, "launch")
         if "target" in op.attrs:
-            self.lookup(op, "target", TARGET_RECORD_OPS, "target")
+            self.lookup(op, "target", TARGET_RECORDS, "target")
 
     rule_program_def = _program_signature
     rule_program_decl = _program_signature

@@ -220,7 +220,7 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         from loomcli.emit.artifacts import manifest
 
         if artifact is None:
-            raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ll, .s)", 2)
+            raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)", 2)
         manifest_bytes = manifest(artifact, request.artifact_name, request.launch_config_name or None)
     return CompileOutcome("ok", artifact_bytes, launch_bytes, manifest_bytes, tuple(compiled.warnings), selections,
                           extra=extra)
@@ -274,6 +274,24 @@ def llvm_version() -> str:
         return "none"
 
 
+def ptxas_version() -> str:
+    """The version of the ptxas a cubin would be built with ("none" without one)."""
+    from loomcli.emit.nvptx.ptxas import find_ptxas
+
+    path = find_ptxas()
+    return _ptxas_version(path) if path is not None else "none"
+
+
+@cache
+def _ptxas_version(path: str) -> str:
+    from loomcli.emit.nvptx.ptxas import version
+
+    try:
+        return version(path)
+    except OSError:
+        return "unusable"
+
+
 def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
@@ -284,10 +302,13 @@ def cache_key(request: CompileRequest) -> str:
     del header["path"]
     if not request.manifest:  # the names only appear in the manifest
         del header["artifact_name"], header["launch_config_name"]
+    profile = parse_target(request.target) if request.target else None
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
-        "llvm": llvm_version() if request.target and backend_for(parse_target(request.target)).llvm else "",
-        "profile": repr(parse_target(request.target)) if request.target else "",
+        "llvm": llvm_version() if profile is not None and backend_for(profile).llvm else "",
+        # NVIDIA's assembler writes the cubin: its version decides the bytes.
+        "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
+        "profile": repr(profile) if profile is not None else "",
         "request": header,
     }
     h = hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode())

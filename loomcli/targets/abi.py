@@ -12,7 +12,10 @@ here, so a host written against the manifest works for every target:
   block with the layout above;
 * AMDGPU: kernel arguments are the device parameters in order, a buffer an
   8-byte global pointer, scalars in the same slots; LLVM's hidden arguments
-  follow (their layout comes from the code object's metadata).
+  follow (their layout comes from the code object's metadata);
+* NVPTX: the same slots, each one `.param` of the entry (a buffer `.u64`, a
+  4-byte slot `.u32`/`.f32`, an 8-byte one `.u64`/`.f64`); PTX aligns each
+  parameter to its size, so the offsets are those of the parameter space.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def export_name(kernel: Operation) -> str:
 
 
 def kernel_abi(kernel: Operation, family: str) -> KernelABI:
-    """The parameter layout of `kernel` for `family` ("amdgpu" or "spirv")."""
+    """The parameter layout of `kernel` for `family` ("amdgpu", "nvptx" or "spirv")."""
     args = kernel.attrs["launch"].args
     params: list[Param] = []
     offset = 0

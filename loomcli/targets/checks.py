@@ -29,7 +29,7 @@ from loomcli.ir.core import Module, Operation, Value
 from loomcli.ir.types import ELEMENT_BYTES, F16, F64, I64, ScalarType, ShapedType, Type
 from loomcli.semantics.evaluate import Evaluator
 from loomcli.targets.profiles import Profile
-from loomcli.targets.records import pinned_record, record_profile
+from loomcli.targets.records import RECORD_OPS, pinned_record, record_profile
 
 CALLS = ("func.call", "template.call")
 
@@ -231,7 +231,7 @@ class _KernelChecker:
         if callee is None or "target" not in callee.attrs:
             return
         record = self.symbols.get(callee.attrs["target"])
-        if record is None or record.name not in ("amdgpu.target", "spirv.target"):
+        if record is None or record.name not in RECORD_OPS:
             return
         if not self.profile.matches_record(record.attrs["kind"]):
             self.error("TARGET/001", op.loc_of("callee"),

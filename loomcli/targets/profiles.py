@@ -15,6 +15,7 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
                 "gfx1200", "gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-3-generic", "gfx11-generic",
                 "gfx12-generic")
 VULKAN_ENVS = ("vulkan1.1", "vulkan1.2", "vulkan1.3")
+NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
 
 # LANGUAGE.md 17.18: which concrete chips a generic processor covers.
 GENERIC_COVERS = {
@@ -29,18 +30,28 @@ SPIRV_VERSIONS = {"vulkan1.1": (1, 3), "vulkan1.2": (1, 5), "vulkan1.3": (1, 6)}
 
 U32_MAX = (1 << 32) - 1
 
-RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target"}   # family -> the op of its target records
+RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx.target"}   # family -> record op
+
+# NVIDIA: a kernel's static `.shared` data may take 48 KiB; more is dynamic
+# shared memory a launch opts into (cudaFuncAttributeMaxDynamicSharedMemorySize),
+# up to this per-block size (CUDA C Programming Guide, compute capabilities).
+NVPTX_SHARED_OPTIN = {"sm_80": 166912, "sm_89": 101376, "sm_90": 232448, "sm_100": 232448}
+NVPTX_FEATURES = frozenset({"f16", "bf16", "f64", "i64", "int8_storage", "int16_storage",
+                            "atomic_add_f32", "atomic_add_f64"})
 
 
 @dataclass(frozen=True)
 class Profile:
-    family: str                 # "amdgpu" | "spirv" | "reference"
-    selector: str               # "gfx1100" | "vulkan1.3" | "reference"
+    family: str                 # "amdgpu" | "spirv" | "nvptx" | "reference"
+    selector: str               # "gfx1100" | "vulkan1.3" | "sm_90" | "reference"
     subgroup_size: int | None   # fixed subgroup size, None when the target has none
     triple: str = ""
     max_workgroup_size: tuple[int, int, int] = (1024, 1024, 1024)
     max_flat_workgroup_size: int = 1024
     max_workgroup_storage_bytes: int = 65536
+    # nvptx: the larger per-workgroup shared memory a launch may opt into
+    # (dynamic shared memory); Loom allocates statically, so the limit above holds.
+    max_workgroup_storage_optin_bytes: int | None = None
     max_workgroup_count: tuple[int, int, int] = (U32_MAX, U32_MAX, U32_MAX)
     max_push_constant_bytes: int | None = None
     index_bitwidth: int = 32
@@ -92,6 +103,8 @@ class Profile:
             "index_bitwidth": self.index_bitwidth, "offset_bitwidth": self.offset_bitwidth,
             "features": sorted(self.features),
         }
+        if self.max_workgroup_storage_optin_bytes is not None:
+            d["max_workgroup_storage_optin_bytes"] = self.max_workgroup_storage_optin_bytes
         if self.code_object_version is not None:
             d["code_object_version"] = self.code_object_version
         if self.spirv_version is not None:
@@ -111,12 +124,20 @@ def spirv_profile(env: str) -> Profile:
                    index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env])
 
 
+def nvptx_profile(chip: str) -> Profile:
+    return Profile("nvptx", chip, 32, triple="nvptx64-nvidia-cuda", max_workgroup_size=(1024, 1024, 64),
+                   max_workgroup_storage_bytes=49152, max_workgroup_storage_optin_bytes=NVPTX_SHARED_OPTIN[chip],
+                   max_workgroup_count=(U32_MAX >> 1, 65535, 65535), index_bitwidth=32, offset_bitwidth=64,
+                   features=NVPTX_FEATURES)
+
+
 REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,
                     offset_bitwidth=64)
 
 
 def all_targets() -> list[str]:
-    return [f"amdgpu:{c}" for c in AMDGPU_CHIPS] + [f"spirv:{e}" for e in VULKAN_ENVS]
+    return ([f"amdgpu:{c}" for c in AMDGPU_CHIPS] + [f"spirv:{e}" for e in VULKAN_ENVS]
+            + [f"nvptx:{c}" for c in NVPTX_CHIPS])
 
 
 def all_profiles() -> list[Profile]:
@@ -124,17 +145,20 @@ def all_profiles() -> list[Profile]:
 
 
 def parse_target(text: str) -> Profile:
-    """`amdgpu:gfx1100`, `gfx1100`, `spirv:vulkan1.3`, `vulkan1.3`; unknown ones are usage errors."""
+    """`amdgpu:gfx1100`, `gfx1100`, `spirv:vulkan1.3`, `vulkan1.3`, `nvptx:sm_90`, `sm_90`; unknown ones
+    are usage errors."""
     from loomcli.errors import UsageError
 
     family, _, selector = text.partition(":")
     if not selector:
         selector = family
-        family = "amdgpu" if selector.startswith("gfx") else "spirv"
+        family = "amdgpu" if selector.startswith("gfx") else "nvptx" if selector.startswith("sm_") else "spirv"
     if family == "amdgpu" and selector in AMDGPU_CHIPS:
         return amdgpu_profile(selector)
     if family == "spirv" and selector.replace("_", ".") in VULKAN_ENVS:
         return spirv_profile(selector.replace("_", "."))
+    if family == "nvptx" and selector in NVPTX_CHIPS:
+        return nvptx_profile(selector)
     raise UsageError(f"unknown target `{text}`; valid targets: {', '.join(all_targets())}")
 
 

@@ -1,5 +1,6 @@
-"""Target records in source: `amdgpu.target<chip> @r {keys}` and
-`spirv.target<vulkan1_x> @r {keys}` (LANGUAGE.md 7.8, 17.29-30).
+"""Target records in source: `amdgpu.target<chip> @r {keys}`,
+`spirv.target<vulkan1_x> @r {keys}` and `nvptx.target<sm_NN> @r {keys}`
+(LANGUAGE.md 7.8, 17.29-30; docs/nvptx.md).
 
 A record names a chip or Vulkan environment and overrides fields of its
 default profile. `RECORD_KEYS` is the whole vocabulary, one row per key:
@@ -39,6 +40,8 @@ def _subgroup_size(v: Any, p: Profile) -> bool:
         return False
     if p.family == "amdgpu":
         return v == 64 if p.selector in _WAVE64_ONLY else v in (32, 64)
+    if p.family == "nvptx":
+        return v == 32  # a warp is 32 lanes on every NVIDIA GPU
     return 1 <= v <= 128 and v & (v - 1) == 0
 
 
@@ -51,7 +54,7 @@ class Key:
     field: str                              # the Profile field it sets
     valid: Callable[[Any, Profile], bool]
     axis: int | None = None                 # per-axis keys set one component of a triple
-    families: tuple[str, ...] = ("amdgpu", "spirv")
+    families: tuple[str, ...] = ("amdgpu", "spirv", "nvptx")
 
 
 RECORD_KEYS: dict[str, Key] = {

@@ -7,86 +7,40 @@ IR to a warm worker process for LLVM's optimizer and code generator
 object into a shared object in Python (`.elf`), and reads the kernels'
 `NT_AMDGPU_METADATA` (`.msgpack`) for the manifest (`.manifest`).
 
-Formats: `amdgpu-hsaco` (the code object), `llvmir-text` (the LLVM IR handed
+The lowering and the worker are shared with every LLVM-based target
+(`loomcli.emit.llvm.backend`). Formats: `amdgpu-hsaco` (the code object), `llvmir-text` (the LLVM IR handed
 to LLVM, before its optimizer), `asm` (AMDGPU assembly after optimization).
 Nothing here imports llvmlite; only the worker does.
 """
 
 from __future__ import annotations
 
-import os
-
 from loomcli.emit import Artifact
+from loomcli.emit.llvm.backend import start_worker
 from loomcli.errors import LoomError
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import Profile
 
-CODEGEN = "loomcli.emit.llvm.codegen"
+__all__ = ["FORMATS", "codegen", "emit_amdgpu", "lower", "start_worker"]
+
 FORMATS = ("amdgpu-hsaco", "llvmir-text", "asm")
-
-
-def _kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Profile:
-    """A kernel pinned to a target record compiles with the record's profile."""
-    if "target" not in kernel.attrs:
-        return profile
-    try:
-        from loomcli.targets.checks import profile_for
-    except ImportError:  # pragma: no cover - records not available
-        return profile
-    return profile_for(module, kernel, profile) or profile
 
 
 def lower(module: Module, profile: Profile) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels for `profile`, the kernels, and
     each kernel's profile (by export name)."""
     from loomcli.emit.amdgpu.target import kernel_target, llvm_target
-    from loomcli.emit.llvm.lower import LoweringError, lower_module, plan_kernel
-    from loomcli.targets.abi import exported_kernels
+    from loomcli.emit.llvm import backend
 
-    target = llvm_target(profile)
-    kernels = exported_kernels(module)
-    plans = []
-    profiles = {}
-    try:
-        for kernel in kernels:
-            kp = _kernel_profile(module, kernel, profile)
-            plan = plan_kernel(kernel, kernel_target(target, profile, kp), kp.max_flat_workgroup_size)
-            profiles[plan.export] = kp
-            plans.append(plan)
-        return lower_module(module, plans, target), kernels, profiles
-    except LoweringError as e:
-        raise LoomError(f"internal: cannot lower to LLVM IR for {profile.name}: {e}") from e
+    return backend.lower(module, profile, llvm_target(profile), kernel_target)
 
 
 def codegen(ir: str, profile: Profile, emit: str) -> bytes:
     """LLVM's optimizer and code generator, in the warm worker process."""
-    from loomcli.emit.amdgpu.target import DATALAYOUT, TRIPLE, features
-    from loomcli.jobs.isolated import RemoteError, WorkerCrash, shared_worker
+    from loomcli.emit.amdgpu.target import llvm_target
+    from loomcli.emit.llvm import backend
 
-    header = {"triple": TRIPLE, "cpu": profile.selector, "features": features(profile), "datalayout": DATALAYOUT,
-              "emit": emit, "opt": 3}
-    try:
-        return shared_worker((CODEGEN,)).call(f"{CODEGEN}:compile_ir", header, ir.encode())
-    except WorkerCrash as crash:
-        if "No module named 'llvmlite'" in crash.stderr:
-            raise LoomError("AMDGPU code generation needs llvmlite 0.50 or newer (pip install 'llvmlite>=0.50')",
-                            3) from None
-        detail = crash.stderr.strip() if os.environ.get("LOOM_DEBUG") not in (None, "", "0") else crash.last_lines()
-        detail = detail or "LLVM printed nothing"
-        if crash.signal is not None:
-            raise LoomError(f"internal: LLVM aborted while generating code for {profile.name} "
-                            f"(signal {crash.signal}); {detail}", 3) from None
-        raise LoomError(f"internal: LLVM failed while generating code for {profile.name} "
-                        f"(exit status {crash.returncode}); {detail}", 3) from None
-    except RemoteError as e:
-        raise LoomError(f"internal: LLVM rejected the IR generated for {profile.name}: {e}", 3) from None
-
-
-def start_worker() -> None:
-    """Start (or keep) the code generation worker; it warms up meanwhile."""
-    from loomcli.jobs.isolated import shared_worker
-
-    shared_worker((CODEGEN,)).start()
+    return backend.codegen(ir, llvm_target(profile), emit)
 
 
 def emit_amdgpu(module: Module, profile: Profile, fmt: str) -> Artifact:

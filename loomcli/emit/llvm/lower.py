@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.emit.llvm.target import LLVMTarget
+from loomcli.emit.llvm.target import AtomicRMW, LLVMTarget
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import TERMINATOR
 from loomcli.ir.types import (
@@ -544,6 +544,10 @@ class FunctionLowering:
         else:
             lo, hi = 1, plan.max_flat_workgroup_size
         attrs = [a.format(flat_lo=lo, flat_hi=hi) for a in t.kernel_attributes] + list(t.function_attributes)
+        if size is not None:
+            attrs += [a.format(x=size[0], y=size[1], z=size[2]) for a in t.kernel_attributes_folded]
+        else:
+            attrs += [a.format(flat_hi=hi) for a in t.kernel_attributes_dynamic]
         group = self.mod.attributes(["nounwind", *attrs])
         md = ""
         if size is not None:
@@ -1455,6 +1459,14 @@ def _atomic(fl: FunctionLowering, op: Operation) -> None:
     md = "" if scope == "system" else "".join(f", !{k} {fl.mod.md('!{}')}" for k in fl.t.atomic_metadata)
     llty = fl.ty(elem)
     x = fl.val(op.operands[0])
+    if fl.t.select_atomic is not None:
+        spaces = {fl.t.space(name): name for name in ("generic", "workgroup", "global")}
+        request = AtomicRMW(op.attrs["kind"], llty, spaces.get(view.space, "generic"), fl.ptr_ty(view.space), scope,
+                            str(d["ordering"]))
+        selected = fl.t.select_atomic(request)
+        if selected is not None:
+            _result(fl, op, fl.snippet(selected, [ptr, x], _hint(op)))
+            return
     text = (f"atomicrmw {RMW[op.attrs['kind']]} {fl.ptr_ty(view.space)} {ptr}, {llty} {x}{sync} {ordering}, "
             f"align {ELEMENT_BYTES[elem]}{view.alias}{md}")
     _result(fl, op, fl.inst(text, _hint(op)))
@@ -1571,6 +1583,9 @@ def _coordinate(fl: FunctionLowering, op: Operation) -> None:
 
 
 def barrier(fl: FunctionLowering, scope: str, ordering: str, control: str) -> None:
+    if scope == control and control in fl.t.ordering_barriers:  # the barrier is the fence
+        fl.snippet(fl.t.control_barrier[control], [])
+        return
     ss = fl.t.syncscope[scope]
     sync = f'syncscope("{ss}") ' if ss else ""
     if ordering in ("release", "acq_rel"):
@@ -1618,7 +1633,11 @@ def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
     The active lanes of a subgroup at a convergent point are a prefix
     0..n-1 (a short last subgroup has fewer), so lane L folds in lane L+k
     when L+k < n, for k = 1, 2, 4, ...: lane 0 ends with the total, which
-    is then broadcast. Any kind works and partial subgroups are exact."""
+    is then broadcast. Any kind works and partial subgroups are exact.
+    A target with a reduction instruction for (kind, type) uses it instead."""
+    native = fl.t.subgroup_reduce.get((kind, fl.ty(t)))
+    if native is not None:
+        return fl.snippet(native, [v], "reduced")
     lane = fl.resize(coordinate(fl, "subgroup.lane.id"), fl.t.index_bits, 32, signed=False)
     with fl.at_entry():
         n = fl.snippet(fl.t.active_lanes, [], "active")

@@ -14,10 +14,27 @@ Nothing in the shared lowering asks which target it is compiling for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 Snippet = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AtomicRMW:
+    """One `view.atomic.rmw` as an instruction selector sees it."""
+
+    kind: str        # the Loom kind: "addi", "addf", "xchgf", ...
+    llty: str        # LLVM type of the value: "i32", "i64", "float", "double"
+    space: str       # Loom memory space of the view: "global", "workgroup", "generic"
+    pointer: str     # LLVM type of the pointer, e.g. "ptr addrspace(1)"
+    scope: str       # Loom scope: "subgroup", "workgroup", "device", "system"
+    ordering: str    # Loom ordering: "relaxed", ..., "seq_cst"
+
+
+# A target's selector for atomics: a snippet (`%in0` the pointer, `%in1` the
+# value, `%out` the old value), or None for LLVM's `atomicrmw`.
+AtomicSelector = Callable[[AtomicRMW], "Snippet | None"]
 
 # Math functions a target may or may not lower natively, per LLVM float type
 # ("half", "float", "double"); the shared lowering expands the others
@@ -62,6 +79,19 @@ class LLVMTarget:
     # Attributes of every function lowered with this target (a kernel's own
     # wave size, say); device functions called from it get them too.
     function_attributes: tuple[str, ...] = ()
+    # Kernel attributes only when the workgroup size folds (`{x}`, `{y}`,
+    # `{z}`), and only when it does not (`{flat_hi}`).
+    kernel_attributes_folded: tuple[str, ...] = ()
+    kernel_attributes_dynamic: tuple[str, ...] = ()
+    # Control barriers (by Loom scope) that also order memory at their own
+    # scope, as acquire and release would: no fences around them.
+    ordering_barriers: frozenset[str] = frozenset()
+    # (Loom combining kind, LLVM type) -> a snippet reducing `%in0` over the
+    # active lanes into `%out` on every lane; other kinds take the shuffles.
+    subgroup_reduce: Mapping[tuple[str, str], Snippet] = field(default_factory=dict)
+    # Where LLVM's own lowering of `atomicrmw` falls short of the language
+    # (NVPTX in LLVM 22 drops orderings and scopes), the target selects.
+    select_atomic: AtomicSelector | None = None
 
     def space(self, memory_space: str) -> int:
         return self.address_space[memory_space]
