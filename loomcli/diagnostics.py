@@ -84,7 +84,8 @@ class Diagnostic:
     @classmethod
     def make(cls, code: str, file: str, loc: tuple[int, int], severity: str = "error", **fields: object) -> Diagnostic:
         message = CODES[code].format(**fields)
-        return cls(code, message, file, loc[0], loc[1], severity)
+        # A location copied from another input by linking names that input.
+        return cls(code, message, getattr(loc, "file", file), loc[0], loc[1], severity)
 
     @property
     def sort_key(self) -> tuple[int, int, str]:

@@ -93,6 +93,11 @@ def _link_bind(options: LinkOptions, index: LinkIndex, path: str) -> Linked:
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
                                      if op.name not in ("check.case", "check.benchmark")]
+    from loomcli.ir.verifier import verify
+
+    invalid = [d for d in verify(result.module) if d.severity == "error"]
+    if invalid:  # never hand out a module that does not verify: say why instead
+        raise CompileError(invalid)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)
 
@@ -131,6 +136,9 @@ class CompileOptions:
     profile: Profile | None = None
     require_resolved_config: bool = False
     project_config: Mapping[str, Any] | None = None
+    # The result is emitted, interpreted or evaluated: every reachable
+    # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
+    for_execution: bool = False
 
 
 @dataclass
@@ -168,7 +176,7 @@ def compile_module(options: CompileOptions) -> Compiled:
     kernels). The garbage of one compile is collected after it.
     """
     with gc_paused():
-        return specialize(front_end(options), options.profile)
+        return specialize(front_end(options), options.profile, options.for_execution)
 
 
 def front_end(options: CompileOptions) -> FrontEnd:
@@ -191,20 +199,28 @@ SPECIALIZE_FOR_TARGET = "select-templates{mode=final},specialize-target"
 SPECIALIZE_WITHOUT_TARGET = "select-templates{mode=early}"
 
 
-def specialize(front: FrontEnd, profile: Profile | None) -> Compiled:
+def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = False) -> Compiled:
     """Run target specialization (`SPECIALIZE_FOR_TARGET`, or
     `SPECIALIZE_WITHOUT_TARGET` when there is no profile) and then the
     front end's pipeline, on a clone of its module. A module compiled for a
-    target records it (a target record named @loom.compiled_for)."""
+    target records it (a target record named @loom.compiled_for).
+    `for_execution`: the result will be emitted or run, so a reachable unbound
+    `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
+    from dataclasses import replace
+
     from loomcli.ir.clone import clone_op
     from loomcli.passes.pipeline import Pipeline, parse_pipeline
     from loomcli.passes.registry import PassContext
+    from loomcli.passes.specialize import SelectTemplates
 
     with gc_paused():
         module = Module(front.module.path)
         for op in front.module.ops:
             module.body.append(clone_op(op))
         steps = parse_pipeline(SPECIALIZE_FOR_TARGET if profile is not None else SPECIALIZE_WITHOUT_TARGET)
+        if for_execution:
+            steps = Pipeline(tuple(replace(p, require_resolved=True) if isinstance(p, SelectTemplates) else p
+                                   for p in steps.passes))
         ctx = PassContext(config=front.bindings, target=profile)
         Pipeline(steps.passes + front.pipeline.passes).run(module, ctx)
         decisions, diags = ctx.decisions, ctx.warnings

@@ -79,11 +79,12 @@ def test_samples_are_fast(name: str) -> None:
     roots = sorted({"@" + op.attrs["callee"] for op in module.walk() if op.name == "kernel.launch"})
     compiled = compile_module(CompileOptions(input=path, profile=REFERENCE, roots=roots))
     runner = CaseRunner(compiled.module, InterpreterLauncher(compiled.module, REFERENCE, path), path=path)
-    start = time.perf_counter()
+    # CPU time of this process, not wall time: other jobs on a shared machine must not fail it.
+    start = time.process_time()
     for case in [op for op in module.ops if op.name == "check.case"]:
         results = runner.run_case(module.symbols()[case.attrs["sym"]])
         assert all(r.passed for r in results), [d.render() for r in results for d in r.diagnostics]
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
 
 
 def _diagnostic(r: subprocess.CompletedProcess[str]) -> re.Match[str]:

@@ -127,9 +127,12 @@ CANONICAL = [text for text in SOURCES if len(tokenize(text).starts) > 2 and prin
 
 @st.composite
 def respaced(draw: st.DrawFn) -> tuple[str, str]:
-    """A canonical text with blanks added at token boundaries (section 17.2)."""
+    """A canonical text with blanks added at token boundaries (section 17.2),
+    except right after a comment line: a blank line there detaches the
+    comment block at top level (section 17.34)."""
     text = draw(st.sampled_from(CANONICAL))
-    starts = sorted(set(tokenize(text).starts[1:-1]))
+    starts = sorted(c for c in set(tokenize(text).starts[1:-1])
+                    if not text[text.rfind("\n", 0, c - 1) + 1:c].lstrip().startswith("//"))
     cuts = sorted(set(draw(st.lists(st.sampled_from(starts), min_size=1, max_size=20))))
     pieces, last = [], 0
     for cut in cuts:

@@ -93,7 +93,7 @@ template.def<@f> priority(3) @b(%n: index) -> (index) {
   template.return %n : index
 }
 
-func.def @use(%n: index) -> (index) {
+func.def public @use(%n: index) -> (index) {
   %r = template.apply<@f>(%n) : (index) -> (index)
   func.return %r : index
 }
@@ -133,14 +133,43 @@ template.def<@f> @plain(%n: index) -> (index) {
   template.return %n : index
 }
 
-func.def @use(%n: index) -> (index) {
+func.def public @use(%n: index) -> (index) {
   %r = template.apply<@f>(%n) : (index) -> (index)
   func.return %r : index
 }
 """
-    assert choose(text, "amdgpu:gfx1101")[0] == ["tuned"]   # covered by gfx11-generic
-    assert choose(text, "amdgpu:gfx1030")[0] == ["plain"]   # refuted
-    assert choose(text, "spirv:vulkan1.3")[0] == ["plain"]
+    assert choose(text, "amdgpu:gfx1101") == (["tuned"], [])   # covered by gfx11-generic
+    # Refuted, not TARGET/001: a fallback makes target-specific providers usable (issue 12, bug 1).
+    assert choose(text, "amdgpu:gfx1030") == (["plain"], [])
+    assert choose(text, "spirv:vulkan1.3") == (["plain"], [])
+
+
+def test_symbols_neither_reachable_nor_roots_are_skipped() -> None:
+    """A private function nobody calls is not walked: neither its pinned
+    target nor its unsatisfiable apply draws a diagnostic."""
+    text = """\
+amdgpu.target<gfx90a> @cdna
+
+template.decl @f(%n: index) -> (index)
+
+template.def<@f> @plain(%n: index) -> (index) where [gt(%n, 7)] {
+  template.return %n : index
+}
+
+func.def target(@cdna) @unused(%n: index) -> (index) {
+  %r = template.apply<@f>(%n) : (index) -> (index)
+  func.return %r : index
+}
+
+func.def public @use(%n: index) -> (index) {
+  %c = index.constant 9 : index
+  %r = template.apply<@f>(%c) : (index) -> (index)
+  func.return %r : index
+}
+"""
+    assert choose(text, "amdgpu:gfx1100") == (["plain"], [])
+    assert choose(text.replace("func.def target(@cdna) @unused", "func.def public target(@cdna) @unused"),
+                  "amdgpu:gfx1100")[1][0].startswith("TARGET/001")
 
 
 def test_decided_apply_becomes_template_call() -> None:

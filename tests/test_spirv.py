@@ -713,8 +713,10 @@ def _capabilities(art: Artifact) -> set[str]:
 
 
 def test_capabilities_only_as_used() -> None:
-    assert _capabilities(emit(ROOT / "samples" / "saxpy.loom")) == {"Shader"}
-    assert _capabilities(emit(ROOT / "samples" / "matmul.loom")) == {"Shader"}
+    # SignedZeroInfNanPreserve: the float controls of Vulkan 1.2+ (docs/spirv.md).
+    assert _capabilities(emit(ROOT / "samples" / "saxpy.loom")) == {"Shader", "SignedZeroInfNanPreserve"}
+    assert _capabilities(emit(ROOT / "samples" / "matmul.loom")) == {"Shader", "SignedZeroInfNanPreserve"}
+    assert _capabilities(emit(ROOT / "samples" / "saxpy.loom", "vulkan1.1")) == {"Shader"}
     red = emit(ROOT / "samples" / "reduction.loom", "vulkan1.1")
     assert _capabilities(red) == {"Shader", "AtomicFloat32AddEXT"}
     assert 'OpExtension "SPV_EXT_shader_atomic_float_add"' in disassemble(red.data)

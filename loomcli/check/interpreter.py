@@ -33,7 +33,7 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CONVERGENT as CONVERGENT_TRAIT
 from loomcli.ir.ops import OPS, ops_with
-from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, INDEX, OFFSET, ScalarType, ShapedType, is_float
+from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
@@ -115,6 +115,18 @@ def _codec(elem: ScalarType) -> tuple[Callable[[bytearray, int], Any], Callable[
 
         def store(buf: bytearray, at: int, v: Any) -> None:
             pack(buf, at, float_bits(elem, v))
+    elif elem is F32:
+        bits = struct.Struct("<I")
+
+        def load(buf: bytearray, at: int) -> Any:
+            v = unpack(buf, at)[0]
+            return v if v == v else float_from_bits(F32, bits.unpack_from(buf, at)[0])
+
+        def store(buf: bytearray, at: int, v: Any) -> None:
+            if v == v:
+                pack(buf, at, v)
+            else:  # a NaN keeps its sign and payload (section 17.5; bitcasts make them)
+                bits.pack_into(buf, at, float_bits(F32, v))
     elif elem.name == "i1":
         def load(buf: bytearray, at: int) -> Any:
             return bool(buf[at] & 1)
@@ -165,12 +177,18 @@ def _rsqrt(x: float) -> float:
 
 
 def _pow(a: float, b: float) -> float:
+    """C's pow (IEEE 754 9.2.1) where Python's raises: an odd integer
+    exponent keeps the base's sign in an overflow and for a zero base."""
     try:
         return math.pow(a, b)
-    except OverflowError:
-        return math.inf
-    except (ValueError, ZeroDivisionError):
-        return math.nan if a < 0 or math.isnan(a) else math.inf
+    except (OverflowError, ValueError, ZeroDivisionError):
+        integral = math.isfinite(b) and b == math.floor(b)
+        odd = integral and math.fmod(b, 2.0) != 0.0
+        if a == 0.0:  # pow(+-0, y < 0)
+            return math.copysign(math.inf, a) if odd else math.inf
+        if a < 0.0 and not integral:
+            return math.nan
+        return -math.inf if a < 0.0 and odd else math.inf
 
 
 _TRANSCENDENTAL: dict[str, Callable[..., float]] = {
@@ -988,7 +1006,8 @@ def build_launcher(path: str, module_roots: list[str], profile: Profile) -> Inte
     """Compile `path`'s launched kernels for `profile` and wrap them. Raises CompileError."""
     from loomcli.pipeline import CompileOptions, compile_module
 
-    compiled = compile_module(CompileOptions(input=path, profile=profile, roots=module_roots))
+    compiled = compile_module(CompileOptions(input=path, profile=profile, roots=module_roots,
+                                             for_execution=True))
     return InterpreterLauncher(compiled.module, profile, path)
 
 

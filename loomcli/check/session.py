@@ -152,7 +152,7 @@ class Session:
                         if op.name == "kernel.launch"})
         if not roots:
             return None
-        compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots))
+        compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots, for_execution=True))
         self.reporter.diagnostics(compiled.warnings)
         if self.runner is None:
             from loomcli.check.interpreter import InterpreterLauncher

@@ -21,6 +21,7 @@ MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
 ALL_FORMATS = ("loom-bytecode", "loom-text", *ARTIFACT_FORMATS)
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", **ARTIFACT_FORMATS}
 BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
+POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -101,6 +102,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     printer.emit(front.warnings)
     # The front end ran once; each target is one request to the compile entry point.
     module_bytes = write_module(front.module, keep_debug=True)
+    linked_files = tuple((k, op.loc.file) for k, op in enumerate(front.module.ops) if hasattr(op.loc, "file"))
     stem = os.path.splitext(os.path.basename(input_path))[0]
     plans: list[tuple[object, str, str | None, str | None, CompileRequest]] = []
     depfiles: list[tuple[str, str]] = []
@@ -126,7 +128,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
                                  launch_config=launch_file is not None, manifest=manifest_file is not None,
                                  artifact_name=os.path.basename(path),
                                  launch_config_name=os.path.basename(launch_file) if launch_file else "",
-                                 path=front.module.path)
+                                 path=front.module.path, files=linked_files)
         plans.append((profile, path, launch_file, manifest_file, request))
         if depfile_md or depfile_path:
             dep = depfile_path if depfile_path else os.path.splitext(path if path != "-" else "stdout")[0] + ".d"
@@ -136,7 +138,10 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         click.echo(f"loom: warning: {message}", err=True)
 
     targets_named = [p.name for p in profiles]
-    with compile_session(jobs, len(plans), targets_named, no_cache=no_cache, warn=warn,
+    # Workers pay for their start (an interpreter, imports, LLVM): worth it
+    # for several targets of a large module, not for a small one.
+    parallel = len(plans) if len(plans) > 1 and len(module_bytes) >= POOL_MODULE_BYTES else 1
+    with compile_session(jobs, parallel, targets_named, no_cache=no_cache, warn=warn,
                          trace_path=trace_path) as session:
         if session.dry_run:
             return 0  # make -n: say nothing, write nothing

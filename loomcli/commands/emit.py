@@ -44,7 +44,8 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
         from loomcli.passes.pipeline import parse_pipeline
         from loomcli.pipeline import FrontEnd, specialize
 
-        module = specialize(FrontEnd(module, ConfigBindings({}), parse_pipeline("default"), [], []), profile).module
+        module = specialize(FrontEnd(module, ConfigBindings({}), parse_pipeline("default"), [], []), profile,
+                            for_execution=True).module
     emission = Emission(module, profile)  # TARGET checks once, for both outputs
     artifact = emission.artifact(kind)
     writes = [(output, artifact.data)]

@@ -107,7 +107,8 @@ def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: 
     if found is None or found.name not in ("kernel.def", "kernel.decl"):
         raise CompileError([Diagnostic.make("LAUNCH_CONFIG/001", COMMAND_LINE, (0, 0), name="@" + symbol)])
     compiled = compile_module(CompileOptions(input=input_path, libraries=libraries, roots=["@" + symbol],
-                                             config=config_pairs, config_files=config_files, profile=profile))
+                                             config=config_pairs, config_files=config_files, profile=profile,
+                                             for_execution=True))
     if not quiet:
         printer.emit(compiled.warnings)
     module = launch_module(compiled.module, profile)

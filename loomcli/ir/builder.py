@@ -111,6 +111,33 @@ def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
             op.attrs[key] = remap_attr(v, mapping)
 
 
+def replace_value(old: Value, new: Value) -> None:
+    """Every use of `old`, and every type or predicate naming it inside its
+    top-level op, now means `new` (for rewrites outside the pattern
+    driver's `Rewriter`, which keeps its own counts)."""
+    old.replace_all_uses_with(new)
+    root = top_level_op(old)
+    if root is None:
+        return
+    mapping = {old: new}
+    for op in root.walk():
+        if any(v is old for v in refs_of(op)):
+            remap_refs(op, mapping)
+
+
+def substitute(op: Operation, new: Operation) -> None:
+    """Put `new` in `op`'s place; `op`'s results become `new`'s (same names,
+    types and locations), uses, types and predicates included."""
+    new.comments = op.comments
+    region = op.parent
+    assert region is not None
+    region.ops[region.ops.index(op)] = new
+    new.parent = region
+    op.drop_operand_uses()
+    for r in op.results:
+        replace_value(r, new.add_result(r.type, r.name, r.loc))
+
+
 # ---------------------------------------------------------------- cloning
 
 

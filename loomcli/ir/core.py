@@ -20,6 +20,62 @@ if TYPE_CHECKING:
 
 Loc = tuple[int, int]  # (line, column), both 1-based; (0, 0) when unknown
 
+# An entry of a top-level op's comment list that ends a *detached* block (the
+# comments before it were followed by a blank line: license and file headers,
+# LANGUAGE.md 17.34); it prints as that blank line. A payload never holds a newline.
+DETACHED = "\n"
+
+
+class FileLoc(tuple):  # type: ignore[type-arg]
+    """A (line, column) that also names its file: linking stamps the ops it
+    copies from another input with these, so a diagnostic about them names
+    that input (`Diagnostic.make` prefers a location's file)."""
+
+    file: str
+
+    def __new__(cls, loc: Loc, file: str) -> FileLoc:
+        self = super().__new__(cls, (loc[0], loc[1]))
+        self.file = file
+        return self
+
+    def __reduce__(self) -> Any:
+        return (FileLoc, ((self[0], self[1]), self.file))
+
+
+def _stamp(loc: Any, file: str) -> Any:
+    return FileLoc(loc, file) if loc and loc != (0, 0) and not isinstance(loc, FileLoc) else loc
+
+
+def stamp_file(op: Operation, file: str) -> None:
+    """Make every location in `op` (nested ops, values, predicates) name `file`."""
+    for inner in op.walk():
+        inner.loc = _stamp(inner.loc, file)
+        if inner.operand_locs is not None:
+            inner.operand_locs = [_stamp(loc, file) for loc in inner.operand_locs]
+        if inner.attr_locs is not None:
+            inner.attr_locs = {k: _stamp(loc, file) for k, loc in inner.attr_locs.items()}
+        for r in inner.results:
+            r.loc = _stamp(r.loc, file)
+        for region in inner.regions:
+            region.end_loc = _stamp(region.end_loc, file)
+            for a in region.args:
+                a.loc = _stamp(a.loc, file)
+        for value in inner.attrs.values():
+            for pred in _preds(value):
+                pred.loc = _stamp(pred.loc, file)
+                if pred.arg_locs is not None:
+                    pred.arg_locs = [_stamp(loc, file) for loc in pred.arg_locs]
+
+
+def _preds(value: Any) -> Iterator[Pred]:
+    if isinstance(value, Pred):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for x in value:
+            yield from _preds(x)
+    elif isinstance(value, Signature) and value.where:
+        yield from value.where
+
 
 class Value:
     """An SSA value. `uses` lists (operation, operand index) pairs."""

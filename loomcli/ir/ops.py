@@ -205,7 +205,7 @@ op("scf.if", Operands(), ResultTypes(), Region(0), Else(), rule="scf_if", contex
 op("scf.for", ForHeader(), Bindings(optional=True), ResultTypes(), Region(0), rule="scf_for",
    contexts=NOT_CFG, regions=(_YIELD,), leading_operands=3,
    example="%r = scf.for %i = [%lo to %hi step %s](%acc = %init : f32) -> (f32) {")
-op("scf.while", Bindings(optional=False), ResultTypes(), Region(0), Do(), rule="scf_while",
+op("scf.while", Bindings(optional=True), ResultTypes(), Region(0), Do(), rule="scf_while",
    contexts=KERNEL_AND_FUNCS, regions=(RegionSpec("scf.condition"), _YIELD),
    example="%r = scf.while(%x = %init : index) -> (index) {")
 op("scf.yield", Operands(), TypeEach(), contexts=NOT_CFG, traits={TERMINATOR},

@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.clone import clone_op
-from loomcli.ir.core import Module, Operation, Signature, Value
+from loomcli.ir.core import Module, Operation, Signature, Value, stamp_file
 from loomcli.ir.symbols import DEFINITIONS, RESOLVABLE, references, rename_references
 from loomcli.ir.types import ShapedType, Type
 from loomcli.link.index import LinkIndex, SymbolInfo
 
-MERGED_DECLS = ("template.decl", "kernel.entry.decl", "config.decl")
+# Declarations kept once in a linked output when several inputs carry them
+# (they agree, else LINK/002): one symbol, one declaration.
+MERGED_DECLS = ("template.decl", "kernel.entry.decl", "config.decl", "func.decl", "kernel.decl",
+                "command.program.decl")
 MODES = ("auto", "merge", "link")
 
 Ref = tuple[int, int]  # (input index, top-level op position)
@@ -240,6 +243,11 @@ class _Linker:
                     work.extend(self.family_providers(name))
         return seen
 
+    def raise_errors(self) -> None:
+        if self.diags:
+            unique = {(d.file, d.line, d.column, d.code, d.message): d for d in self.diags}
+            raise CompileError(sorted(unique.values(), key=lambda d: (d.file, d.line, d.column, d.code)))
+
     def check_duplicates(self, selected: set[Ref]) -> None:
         for name, defs in self.defs.items():
             live = [(j, d) for j, d in defs if (j, d.position) in selected and self.final_name(j, name) == name
@@ -252,7 +260,7 @@ class _Linker:
     def emit(self, selected: set[Ref], roots: set[Ref], path: str) -> tuple[Module, dict[str, str]]:
         out = Module(path)
         origins: dict[str, str] = {}
-        emitted_decls: set[tuple[str, str]] = set()
+        emitted_decls: dict[tuple[str, str], Operation] = {}
         config_defs = {self.op(r).attrs["sym"] for r in selected if self.op(r).name == "config.def"}
         for ref in sorted(selected):
             i, _ = ref
@@ -265,12 +273,20 @@ class _Linker:
                 continue
             if op.name in MERGED_DECLS:
                 key = (op.name, name)
-                if key in emitted_decls or (op.name == "config.decl" and name in config_defs):
+                kept = emitted_decls.get(key)
+                if kept is not None:
+                    detail = compatibility(op, kept) or _modifier_difference(op, kept)
+                    if detail is not None:
+                        self.diags.append(Diagnostic.make("LINK/002", item.path, op.loc, s=name, detail=detail))
                     continue
-                emitted_decls.add(key)
+                if op.name == "config.decl" and name in config_defs:
+                    continue
+                emitted_decls[key] = op
             if op.name == "config.def" and name in origins:
                 continue
             new = clone_op(op)
+            if item.path != path:
+                stamp_file(new, item.path)  # its diagnostics name the input it came from
             renames = dict(self.renames[i])
             if renames:
                 if name in renames:
@@ -287,6 +303,14 @@ class _Linker:
 
     def is_root_input(self, i: int) -> bool:
         return not self.index.inputs[i].library
+
+
+def _modifier_difference(a: Operation, b: Operation) -> str | None:
+    """Two declarations of one symbol merge only with the same modifiers."""
+    for key in ("convention", "pure", "public"):
+        if a.attrs.get(key) != b.attrs.get(key):
+            return f"modifier {key} differs"
+    return None
 
 
 def compatibility(decl: Operation, definition: Operation) -> str | None:
@@ -371,10 +395,9 @@ def link(index: LinkIndex, roots: list[str] | tuple[str, ...] = (), mode: str = 
                   for k in range(len(item.module().ops))]
     selected = linker.closure(starts)
     linker.check_duplicates(selected)
-    if linker.diags:
-        unique = {(d.file, d.line, d.column, d.code, d.message): d for d in linker.diags}
-        raise CompileError(sorted(unique.values(), key=lambda d: (d.file, d.line, d.column, d.code)))
+    linker.raise_errors()
     module, origins = linker.emit(selected, root_refs, path)
+    linker.raise_errors()  # declarations that disagree when merged
     plan = [f"mode {mode}"]
     plan += [f"{'library' if it.library else 'input'} {it.path} key={it.key}" for it in index.inputs]
     plan += [f"root @{linker.op(r).attrs['sym']}" for r in sorted(root_refs)]

@@ -191,19 +191,13 @@ def _text_of(value: Any) -> str:
 
 def _fold_get(op: Operation, value: Any) -> None:
     """`%x = config.get @k : T` of a bound key becomes a constant of T with the same name."""
+    from loomcli.ir.builder import substitute
     from loomcli.ir.ops import OPS
 
-    old = op.results[0]
-    t = old.type
+    t = op.results[0].type
     if isinstance(value, bool) and t.name != "i1":
         value = int(value)
     if t.name in ("f16", "bf16", "f32", "f64"):
         value = float(value)
     name = "index.constant" if t.name in ("index", "offset") else "scalar.constant"
-    new = Operation(OPS[name], attrs={"value": value}, loc=op.loc)
-    new.comments = op.comments
-    old.replace_all_uses_with(new.add_result(t, old.name, old.loc))
-    region = op.parent
-    assert region is not None
-    region.ops[region.ops.index(op)] = new
-    new.parent = region
+    substitute(op, Operation(OPS[name], attrs={"value": value}, loc=op.loc))  # predicates naming the get follow it

@@ -28,6 +28,7 @@ from loomcli.semantics.fold import (
     canonical,
     constant_of,
     fold_op,
+    is_plain_constant,
     pattern,
     same_value,
     signed,
@@ -150,7 +151,9 @@ def fold_constants(op: Operation) -> list[Value | Lit] | None:
         values = fold_op(op, args, constant_of)
     except UndefinedBehavior:
         return None
-    return None if values is None else [Lit(v) for v in values]
+    if values is None or not all(is_plain_constant(r.type, v) for r, v in zip(op.results, values)):
+        return None  # a NaN with a payload (a bitcast's) stays computed
+    return [Lit(v) for v in values]
 
 
 # ---------------------------------------------------------------- algebra (integers and index)

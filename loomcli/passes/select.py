@@ -20,13 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.ir.builder import substitute
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM
+from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
 
 HOST_SITES = (K_CFG, PROGRAM, CASE, F_HOST)
 DEVICE_SITES = (K_BODY, F_DEV)
+
+# Symbols whose bodies selection walks.
+_SELECTED_IN = ("kernel.def", "func.def", "template.def", "command.program.def", "check.case")
 
 Folder = Callable[[Operation, list[Any]], "list[Any] | None"]
 
@@ -78,6 +82,7 @@ class Selector:
         self.symbols = module.symbols()
         self.decisions: list[Decision] = []
         self.diags: list[Diagnostic] = []
+        self.reached: list[Operation] = []  # the symbols `run` walked: roots and what they reach
         self._order: dict[Value, int] = {}
         self._providers: dict[str, list[Operation]] = {}
         for op in module.ops:
@@ -87,8 +92,34 @@ class Selector:
     # ------------------------------------------------------------ driver
 
     def run(self, site_constants: dict[Value, Any] | None = None) -> list[Decision]:
-        for op in list(self.module.ops):
+        """Select in every root (kernels count: each linked kernel is a
+        compile root or reached by one) and in every symbol a root reaches through
+        calls, launches and non-refuted providers (section 17.22's
+        reachability): a provider refuted here, such as one pinned to another
+        target, is never entered, so its body draws no diagnostics. Decisions
+        are listed in module order, each symbol's in pre-order."""
+        from loomcli.passes.dce import is_root, references
+
+        position = {op: k for k, op in enumerate(self.module.ops)}
+        pending = [op for op in self.module.ops
+                   if op.opdef.has(SYMBOL) and (is_root(op) or op.name == "kernel.def")]
+        seen = set(pending)
+        blocks: dict[Operation, list[Decision]] = {}
+        while pending:
+            op = pending.pop()
+            start = len(self.decisions)
             self.select_symbol(op, site_constants)
+            blocks[op] = self.decisions[start:]
+            reached = [self.symbols.get(name) for name in references(op)]
+            for decision in blocks[op]:
+                reached += [self.symbols.get(c.provider) for c in decision.candidates
+                            if c.status != REFUTED and decision.winner in (None, c.provider)]
+            for target in reached:
+                if target is not None and target not in seen and target.name in _SELECTED_IN:
+                    seen.add(target)
+                    pending.append(target)
+        self.reached = sorted(blocks, key=position.__getitem__)
+        self.decisions = [d for op in self.reached for d in blocks[op]]
         return self.decisions
 
     def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
@@ -124,8 +155,13 @@ class Selector:
 
     def _profile_of(self, op: Operation) -> Profile | None:
         """A pinned symbol uses its target record's profile (LANGUAGE.md 17.30)."""
-        if op.attrs.get("target") is None:
+        pinned = op.attrs.get("target")
+        if pinned is None:
             return self.profile
+        record = self.symbols.get(pinned)
+        if (op.name != "kernel.def" and self.profile is not None and record is not None
+                and self.profile.matches_record(record.attrs.get("kind", ""))):
+            return self.profile  # a provider or function a generic chip covers runs on the root's chip (17.18)
         from loomcli.targets.checks import profile_for
 
         try:
@@ -277,17 +313,10 @@ class Selector:
 
     def _rewrite(self, apply: Operation, winner: str) -> None:
         call = Operation(OPS["template.call"], attrs={"callee": winner, "nworkload": 0}, loc=apply.loc)
-        call.comments = apply.comments
         call.operand_locs = apply.operand_locs
         for v in apply.operands:
             call.add_operand(v)
-        apply.drop_operand_uses()
-        for r in apply.results:
-            r.replace_all_uses_with(call.add_result(r.type, r.name, r.loc))
-        region = apply.parent
-        assert region is not None
-        region.ops[region.ops.index(apply)] = call
-        call.parent = region
+        substitute(apply, call)
 
 
 def _pred_text(p: Any) -> str:
@@ -296,8 +325,16 @@ def _pred_text(p: Any) -> str:
 
 
 def select_templates(module: Module, profile: Profile | None = None, mode: str = "final",
-                     rewrite: bool = True) -> tuple[list[Decision], list[Diagnostic]]:
-    """Run selection over every body of `module`; returns decisions and diagnostics."""
+                     rewrite: bool = True, require_resolved: bool = False
+                     ) -> tuple[list[Decision], list[Diagnostic]]:
+    """Run selection over the roots of `module` and what they reach; returns
+    decisions and diagnostics. With `require_resolved` (emission and
+    interpretation, LANGUAGE.md 17.22), every `config.get` left unbound in a
+    reached symbol is CONFIG/003, also one that only decided a selection."""
     s = Selector(module, profile, mode, rewrite=rewrite)
     s.run()
-    return s.decisions, s.diags
+    diags = s.diags
+    if require_resolved:
+        diags = diags + [Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attrs["ref"])
+                         for top in s.reached for op in top.walk() if op.name == "config.get"]
+    return s.decisions, diags

@@ -39,6 +39,8 @@ class SelectTemplates(ModulePass):
     summary = "Turn decided template.apply sites into template.call (early: may stay open; final: must decide)."
 
     mode: str = option("`early` keeps sites an unknown candidate could win open; `final` decides", "final")
+    require_resolved: bool = option("a reachable unbound config.get is CONFIG/003 (the module will be emitted or run)",
+                                    False)
 
     def run(self, module: Module, ctx: PassContext) -> None:
         from loomcli.errors import UsageError
@@ -46,7 +48,7 @@ class SelectTemplates(ModulePass):
 
         if self.mode not in ("early", "final"):
             raise UsageError(f"select-templates{{mode={self.mode}}}: expected early or final")
-        decisions, diags = select_templates(module, ctx.target, self.mode)
+        decisions, diags = select_templates(module, ctx.target, self.mode, require_resolved=self.require_resolved)
         if has_errors(diags):
             raise CompileError(diags)
         ctx.decisions += decisions
@@ -68,24 +70,26 @@ def fold_target_facts(module: Module, profile: Profile | None) -> None:
     each becomes an index constant of its symbol's fixed subgroup size, with
     the same name; symbols whose profile has none keep it (TARGET/001 at
     emission)."""
+    from loomcli.ir.builder import substitute
     from loomcli.ir.core import Operation
     from loomcli.ir.ops import OPS
     from loomcli.targets.checks import profile_for
 
+    symbols = module.symbols()
     for top in module.ops:
         sites = [op for op in top.walk() if op.name == "target.subgroup.size"]
         if not sites:
             continue
-        chosen = profile_for(module, top, profile) if top.attrs.get("target") else profile
+        chosen = profile
+        record = symbols.get(top.attrs.get("target") or "")
+        if record is not None:
+            covered = profile is not None and profile.matches_record(record.attrs.get("kind", ""))
+            if top.name == "kernel.def" or profile is None:
+                chosen = profile_for(module, top, profile)
+            elif not covered:
+                continue  # a provider refuted here; TARGET/001 at emission if something reaches it
         size = getattr(chosen, "subgroup_size", None)
         if size is None:
             continue
         for op in sites:
-            old = op.results[0]
-            const = Operation(OPS["index.constant"], attrs={"value": size}, loc=op.loc)
-            const.comments = op.comments
-            old.replace_all_uses_with(const.add_result(old.type, old.name, old.loc))
-            region = op.parent
-            assert region is not None
-            region.ops[region.ops.index(op)] = const
-            const.parent = region
+            substitute(op, Operation(OPS["index.constant"], attrs={"value": size}, loc=op.loc))

@@ -170,7 +170,11 @@ def _bf16_of_f32(x: float) -> float:
 
 
 def round_float(t: Type, x: float) -> float:
-    """`x` rounded to nearest-even in float type `t`."""
+    """`x` rounded to nearest-even in float type `t`. A NaN is returned as
+    it is: its sign and payload are carried as `float_bits` reads them
+    (struct's f16 packing would replace them)."""
+    if x != x:
+        return x
     name = t.name
     if name == "f64":
         return float(x)
@@ -208,9 +212,21 @@ def round_exact(t: Type, q: Fraction | int) -> float:
     return -val if neg else val
 
 
+# (mantissa bits, exponent mask) of the narrower float types; a NaN of one is
+# carried in a Python float (binary64) with its sign and payload moved to the
+# top of the binary64 mantissa, so bitcasts see the bits they were given.
+_NAN_LAYOUT = {"f32": (23, 0xFF << 23), "f16": (10, 0x1F << 10), "bf16": (7, 0xFF << 7)}
+
+
 def float_bits(t: Type, x: float) -> int:
+    """The IEEE bit pattern of `x` in float type `t`; NaNs keep their sign and payload."""
     if t is F64:
         return struct.unpack("<Q", struct.pack("<d", x))[0]
+    if x != x:
+        mbits, exp = _NAN_LAYOUT[t.name]
+        b = struct.unpack("<Q", struct.pack("<d", x))[0]
+        payload = (b & _mask(52)) >> (52 - mbits) or 1 << (mbits - 1)
+        return (b >> 63) << exp.bit_length() | exp | payload
     if t is F32:
         return struct.unpack("<I", struct.pack("<f", x))[0]
     if t is F16:
@@ -219,13 +235,25 @@ def float_bits(t: Type, x: float) -> int:
 
 
 def float_from_bits(t: Type, u: int) -> float:
+    """The value of bit pattern `u` in float type `t` (NaNs as `float_bits` carries them)."""
     if t is F64:
         return struct.unpack("<d", struct.pack("<Q", u))[0]
+    mbits, exp = _NAN_LAYOUT[t.name]
+    if u & exp == exp and u & _mask(mbits):
+        sign = u >> exp.bit_length() & 1
+        b = sign << 63 | 0x7FF << 52 | (u & _mask(mbits)) << (52 - mbits)
+        return struct.unpack("<d", struct.pack("<Q", b))[0]
     if t is F32:
         return struct.unpack("<f", struct.pack("<I", u))[0]
     if t is F16:
         return struct.unpack("<e", struct.pack("<H", u))[0]
     return struct.unpack("<f", struct.pack("<I", u << 16))[0]
+
+
+def is_plain_constant(t: Type, x: Any) -> bool:
+    """Whether a constant op can hold `x`: any value but a NaN other than
+    the one `nan` spells (a constant carries no NaN payload)."""
+    return not (is_float(t) and x != x and float_bits(t, x) != float_bits(t, math.nan))
 
 
 # ---------------------------------------------------------------- predicates
@@ -724,16 +752,8 @@ def _fold_trunci(op: Operation, args: list[Any], lookup: Lookup | None) -> list[
 def _fold_bitcast(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any] | None:
     (x,) = args
     src, dst = op.operands[0].type, _result_type(op)
-    if is_float(src):
-        if math.isnan(x):
-            return None  # a NaN's payload is not carried by a constant
-        u = float_bits(src, x)
-    else:
-        u = pattern(x, _int_bits(src))
-    if is_float(dst):
-        r = float_from_bits(dst, u)
-        return None if math.isnan(r) else [r]
-    return [from_pattern(u, _int_bits(dst))]
+    u = float_bits(src, x) if is_float(src) else pattern(x, _int_bits(src))
+    return [float_from_bits(dst, u) if is_float(dst) else from_pattern(u, _int_bits(dst))]
 
 
 # ---- scf.select, buffer.pack
@@ -781,6 +801,7 @@ __all__ = [
     "from_pattern",
     "in_range",
     "is_foldable_type",
+    "is_plain_constant",
     "pattern",
     "predicate_holds",
     "round_exact",

@@ -60,6 +60,11 @@ class Profile:
     code_object_version: int | None = None      # amdgpu: 5, or 6 for generic processors
     spirv_version: tuple[int, int] | None = None
     record: str | None = None                   # the source target record it came from, if any
+    # Float widths for which the target is asked to keep signed zeros,
+    # infinities and NaNs as IEEE says (SPIR-V SignedZeroInfNanPreserve,
+    # Vulkan 1.2+), and what stays up to the driver even so (docs/spirv.md).
+    ieee_preserve_widths: tuple[int, ...] = ()
+    driver_dependent: tuple[str, ...] = ()
     overrides: tuple[tuple[str, Any], ...] = field(default=())
 
     @property
@@ -109,6 +114,9 @@ class Profile:
             d["code_object_version"] = self.code_object_version
         if self.spirv_version is not None:
             d["spirv_version"] = ".".join(map(str, self.spirv_version))
+        if self.family == "spirv":
+            d["signed_zero_inf_nan_preserve"] = list(self.ieee_preserve_widths)
+            d["driver_dependent"] = list(self.driver_dependent)
         return d
 
 
@@ -117,11 +125,24 @@ def amdgpu_profile(chip: str) -> Profile:
                    code_object_version=6 if chip.endswith("-generic") else 5)
 
 
+# What IEEE behaviour a Vulkan driver may still change with the float
+# controls requested (observed on lavapipe; the spec leaves them open).
+SPIRV_DRIVER_DEPENDENT = (
+    "Fma may be computed unfused (two roundings)",
+    "-0.0 * x may be folded to a zero of the wrong sign at compile time",
+    "the sign and payload of a NaN produced by arithmetic",
+    "SignedZeroInfNanPreserve is a request: devices without shaderSignedZeroInfNanPreserveFloat16/32/64 "
+    "ignore it",
+)
+
+
 def spirv_profile(env: str) -> Profile:
     return Profile("spirv", env, None, triple="spirv-unknown-vulkan" + env[len("vulkan"):],
                    max_workgroup_size=(1024, 1024, 64), max_workgroup_storage_bytes=32768,
                    max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128,
-                   index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env])
+                   index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env],
+                   ieee_preserve_widths=(16, 32, 64) if SPIRV_VERSIONS[env] >= (1, 4) else (),
+                   driver_dependent=SPIRV_DRIVER_DEPENDENT)
 
 
 def nvptx_profile(chip: str) -> Profile:

@@ -15,7 +15,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
-from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Value
+from loomcli.ir.core import DETACHED, BlockArgument, LocalName, Module, Operation, Region, Value
 from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
@@ -551,7 +551,7 @@ class Parser:
 
     # ------------------------------------------------------------ comments
 
-    def take_comments(self, offset: int) -> list[str]:
+    def take_comments(self, offset: int, top_level: bool = False) -> list[str]:
         starts = self.toks.comment_starts
         j = self.comment_i
         if j >= len(starts) or starts[j] >= offset:
@@ -560,7 +560,19 @@ class Parser:
         while k < len(starts) and starts[k] < offset:
             k += 1
         self.comment_i = k
-        return self.toks.comments[j:k]
+        comments = self.toks.comments[j:k]
+        if not top_level:
+            return comments
+        # Top level: a block followed by a blank line is detached (17.34).
+        text = self.toks.text
+        out: list[str] = []
+        for n, c in enumerate(comments):
+            out.append(c)
+            end = text.find("\n", starts[j + n])
+            nxt = starts[j + n + 1] if n + 1 < len(comments) else offset
+            if end >= 0 and text.count("\n", end, nxt) >= 2:
+                out.append(DETACHED)
+        return out
 
     # ------------------------------------------------------------ ops and regions
 
@@ -604,7 +616,7 @@ class Parser:
     def parse_op(self, region: Region) -> Operation:
         kinds, texts = self.kinds, self.texts
         start = self.starts[self.i]
-        comments = self.take_comments(start)
+        comments = self.take_comments(start, region.owner is None)
         saved_current, self.current = self.current, None
         names: list[tuple[str, int]] = []
         if kinds[self.i] == SSA:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from loomcli.ir.attrs import Pred, attribute_text, dictionary_text, literal_text
-from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.core import DETACHED, Module, Operation, Region, Value
 from loomcli.ir.types import ShapedType, Type
 
 
@@ -82,7 +82,10 @@ class Printer:
 
     def _comments(self, comments: list[str]) -> None:
         for c in comments:
-            self.lines.append(f"{self.indent}// {c}" if c else f"{self.indent}//")
+            if c == DETACHED:
+                self.lines.append("")  # the blank line after a detached block (17.34)
+            else:
+                self.lines.append(f"{self.indent}// {c}" if c else f"{self.indent}//")
 
     def op(self, op: Operation) -> None:
         self._comments(op.comments)

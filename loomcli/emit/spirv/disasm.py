@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from loomcli.emit.spirv.spec import GLSL, SC, BuiltIn, Cap, Dec, Op
+from loomcli.emit.spirv.spec import EXEC_LOCAL_SIZE, EXEC_SIGNED_ZERO_INF_NAN_PRESERVE, GLSL, SC, BuiltIn, Cap, Dec, Op
 
 _NAMES = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
 _CAPS = {v: k for k, v in vars(Cap).items() if not k.startswith("_")}
@@ -82,7 +82,8 @@ def _line(opcode: int, ops: tuple[int, ...], float_types: dict[int, int]) -> str
         text, n = _string(ops[2:])
         rest = ["GLCompute" if ops[0] == 5 else str(ops[0]), f"%{ops[1]}", f'"{text}"', *_ids(ops[2 + n:])]
     elif opcode == Op.ExecutionMode:
-        rest = [f"%{ops[0]}", "LocalSize" if ops[1] == 17 else str(ops[1]), *map(str, ops[2:])]
+        mode = {EXEC_LOCAL_SIZE: "LocalSize", EXEC_SIGNED_ZERO_INF_NAN_PRESERVE: "SignedZeroInfNanPreserve"}
+        rest = [f"%{ops[0]}", mode.get(ops[1], str(ops[1])), *map(str, ops[2:])]
     elif opcode in (Op.Decorate, Op.MemberDecorate):
         k = 2 if opcode == Op.MemberDecorate else 1
         dec = ops[k]

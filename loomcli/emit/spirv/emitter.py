@@ -16,7 +16,16 @@ from loomcli.emit import Artifact
 from loomcli.emit.spirv.builder import Builder
 from loomcli.emit.spirv.lower import BufferValue, Lowerer
 from loomcli.emit.spirv.memory import Facts, Root, RootAnalysis, SpecKey, decide_storage, sorted_roots
-from loomcli.emit.spirv.spec import EXEC_LOCAL_SIZE, GLCOMPUTE, SC, BuiltIn, Dec, Op
+from loomcli.emit.spirv.spec import (
+    EXEC_LOCAL_SIZE,
+    EXEC_SIGNED_ZERO_INF_NAN_PRESERVE,
+    GLCOMPUTE,
+    SC,
+    BuiltIn,
+    Cap,
+    Dec,
+    Op,
+)
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BF16, F16, F32, F64, I1, I64, ScalarType
@@ -261,6 +270,11 @@ class SpirvEmitter:
             m.entry_points.append([Op.EntryPoint, GLCOMPUTE, info.fw.id, *string_words(info.abi.export),
                                    *self._interface(info.fw)])
             m.execution_modes.append([Op.ExecutionMode, info.fw.id, EXEC_LOCAL_SIZE, *info.workgroup_size])
+            # Signed zeros, infinities and NaNs follow IEEE (LANGUAGE.md 7.2) where the profile can ask.
+            for bits in self.profile.ieee_preserve_widths:
+                if ("float", bits) in m.declared_types():
+                    m.capability(Cap.SignedZeroInfNanPreserve)
+                    m.execution_modes.append([Op.ExecutionMode, info.fw.id, EXEC_SIGNED_ZERO_INF_NAN_PRESERVE, bits])
         return Artifact("spirv-binary", m.to_bytes(), [self._manifest(i) for i in infos], self._target())
 
     def _manifest(self, info: KernelInfo) -> dict[str, object]:

@@ -567,7 +567,12 @@ class Lowerer(Builder):
 
         self.if_then(elect, put)
         self.barrier(Scope.Workgroup, Scope.Workgroup, BARRIER_WG)
-        count = self.builtin(BuiltIn.NumSubgroups)
+        # ceil(flat workgroup size / subgroup size), not NumSubgroups: lavapipe
+        # reports 12 for 100 invocations in subgroups of 8, dropping the short
+        # last subgroup (LANGUAGE.md 8 lets the last subgroup be short).
+        x, y, z = self.kernel.workgroup_size
+        sg = self.builtin(BuiltIn.SubgroupSize)
+        count = self.val(Op.UDiv, self.u32_t, self.iadd(self.u32(x * y * z), self.isub(sg, self.u32(1))), sg)
         first = get(self.u32(0))
         acc, _ = self.loop(
             [first, self.u32(1)],

@@ -167,6 +167,7 @@ class Cap:
     GroupNonUniformArithmetic = 63
     StorageBuffer16BitAccess = 4433
     StorageBuffer8BitAccess = 4448
+    SignedZeroInfNanPreserve = 4466
     AtomicFloat32AddEXT = 6033
 
 
@@ -238,6 +239,7 @@ class GLSL:  # GLSL.std.450 extended instruction numbers
 
 GLCOMPUTE = 5
 EXEC_LOCAL_SIZE = 17
+EXEC_SIGNED_ZERO_INF_NAN_PRESERVE = 4461  # SPV_KHR_float_controls, core in SPIR-V 1.4
 ADDRESSING_LOGICAL = 0
 MEMORY_GLSL450 = 1
 GROUP_REDUCE = 0

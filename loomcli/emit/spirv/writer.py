@@ -95,6 +95,10 @@ class ModuleWriter:
         self._interned[key] = i
         return i
 
+    def declared_types(self) -> set[tuple[object, ...]]:
+        """Keys of the types declared so far: ("float", 32), ("int", 8), ..."""
+        return {k for k in self._interned if k and k[0] in ("float", "int")}
+
     # ------------------------------------------------------------ types
 
     def void(self) -> int:
