@@ -369,7 +369,7 @@ def test_symbol_table() -> None:
     data = write_module(module)
     entries = read_symbol_table(data)
     assert [(e.op_name, e.symbol) for e in entries] == [
-        ("config.decl", "run.trace"), ("template.decl", "frontier.schedule"),
+        ("config.def", "run.trace"), ("template.decl", "frontier.schedule"),
         ("template.def", "large"), ("template.def", "small"),
         ("kernel.def", "classified"), ("kernel.def", "local"), ("kernel.def", "trace"),
         ("kernel.entry.decl", "external"), ("command.program.def", "run"),

@@ -41,6 +41,7 @@ LAYERS = (
     "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
     "jobs.compile",  # the compile service: one request through pipeline and emission
     "jobs.session",  # a build session: pool, cache and compile service together
+    "frontier",     # command programs -> command bytes and kernel requests (compiled through jobs.compile)
     "build",        # loom build: projects, the build engine, packages, the progress display
     "driver",       # click glue: options, diagnostics printing, exit codes
     "commands",     # one module per command

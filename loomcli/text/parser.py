@@ -492,7 +492,10 @@ class Parser:
 
     def _signature_scope(self, op: Operation, region: int | None) -> _Scope:
         pending = self.pending_scope
-        if pending is not None and pending[0] is op and pending[1] == region and region is not None:
+        # A command program's two lists share one scope, declared or defined:
+        # its `where` after `launch(...)` may name specialization arguments.
+        shared = region is not None or op.name == "command.program.decl"
+        if pending is not None and pending[0] is op and pending[1] == region and shared:
             return pending[2]
         self.close_pending_scope()
         related = None
