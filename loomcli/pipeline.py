@@ -80,8 +80,12 @@ def link_and_bind(options: LinkOptions, path: str = "<linked>") -> Linked:
 def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     index = LinkIndex.build(options.inputs, options.libraries)
     # A linked module is named for its first input: stable whatever the output is called.
-    result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved,
-                  index.inputs[0].path if index.inputs else path)
+    return _link_bind(options, index, index.inputs[0].path if index.inputs else path)
+
+
+def _link_bind(options: LinkOptions, index: LinkIndex, path: str) -> Linked:
+    """Link `options.roots` of the index into a module called `path`, then bind config."""
+    result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved, path)
     bindings = collect_bindings(options, index)
     diags = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
     if has_errors(diags):
@@ -192,60 +196,60 @@ def front_end(options: CompileOptions) -> FrontEnd:
                                    mode="link" if roots else "merge", config=options.config,
                                    config_files=options.config_files, project_config=options.project_config,
                                    require_resolved_config=options.require_resolved_config)
-        result = link(index, roots, link_options.mode, path=_compiled_path(options.input))
-        bindings = collect_bindings(link_options, index)
-        warnings = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
-        if has_errors(warnings):
-            raise CompileError(warnings)
-        files = [item.path for item in index.inputs] + list(options.config_files)
-        return FrontEnd(result.module, bindings, pipeline, warnings, files)
+        linked = _link_bind(link_options, index, _compiled_path(options.input))
+        return FrontEnd(linked.module, linked.bindings, pipeline, linked.warnings, linked.files_read)
+
+
+# Target specialization: registered passes that run before the pass pipeline.
+SPECIALIZE_FOR_TARGET = "select-templates{mode=final},specialize-target"
+SPECIALIZE_WITHOUT_TARGET = "select-templates{mode=early}"
 
 
 def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = False) -> Compiled:
-    """Select templates for `profile` (final with a target, early without)
-    and run the pipeline, on a clone of the front end's module. A module
-    compiled for a target records it (a target record named @loom.compiled_for).
+    """Run target specialization (`SPECIALIZE_FOR_TARGET`, or
+    `SPECIALIZE_WITHOUT_TARGET` when there is no profile) and then the
+    front end's pipeline, on a clone of its module. A module compiled for a
+    target records it (a target record named @loom.compiled_for).
     `for_execution`: the result will be emitted or run, so a reachable unbound
     `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
+    from dataclasses import replace
+
     from loomcli.ir.clone import clone_op
-    from loomcli.passes.pipeline import run_passes
-    from loomcli.passes.select import select_templates
+    from loomcli.passes.pipeline import Pipeline, parse_pipeline
+    from loomcli.passes.registry import PassContext
+    from loomcli.passes.specialize import SelectTemplates
 
     with gc_paused():
         module = Module(front.module.path)
         for op in front.module.ops:
             module.body.append(clone_op(op))
-        decisions, diags = select_templates(module, profile, "final" if profile is not None else "early",
-                                            require_resolved=for_execution)
-        if has_errors(diags):
-            raise CompileError(diags)
-        if profile is not None:
-            from loomcli.passes.specialize import fold_target_facts
-
-            fold_target_facts(module, profile)
-        run_passes(module, front.pipeline, bindings=front.bindings, profile=profile)
-        if profile is not None and profile.family != "reference":
-            module.body.append(_target_record(profile))  # the reference profile has no record spelling
+        steps = parse_pipeline(SPECIALIZE_FOR_TARGET if profile is not None else SPECIALIZE_WITHOUT_TARGET)
+        if for_execution:
+            steps = Pipeline(tuple(replace(p, require_resolved=True) if isinstance(p, SelectTemplates) else p
+                                   for p in steps.passes))
+        ctx = PassContext(config=front.bindings, target=profile)
+        Pipeline(steps.passes + front.pipeline.passes).run(module, ctx)
+        decisions, diags = ctx.decisions, ctx.warnings
+        if profile is not None and profile.record_op is not None:  # the reference profile has no record
+            module.body.append(_target_record(profile))
         return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
 
 
 def _target_record(profile: Profile) -> Any:
     from loomcli.ir.core import Operation
     from loomcli.ir.ops import OPS
-    from loomcli.targets.records import RECORD_OP
 
-    return Operation(OPS[RECORD_OP[profile.family]], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
+    assert profile.record_op is not None
+    return Operation(OPS[profile.record_op], attrs={"kind": profile.chip, "sym": COMPILED_FOR, "dict": {}})
 
 
 def compiled_target(module: Module) -> str | None:
     """The target a compiled module was specialized for (`family:selector`), if any."""
-    from loomcli.targets.records import RECORD_OPS
+    from loomcli.targets.records import is_record, record_target
 
     for op in module.ops:
-        if op.attrs.get("sym") == COMPILED_FOR and op.name in RECORD_OPS:
-            family = RECORD_OPS[op.name]
-            selector = op.attrs["kind"].replace("_", ".") if family == "spirv" else op.attrs["kind"]
-            return f"{family}:{selector}"
+        if op.attrs.get("sym") == COMPILED_FOR and is_record(op):
+            return record_target(op)
     return None
 
 

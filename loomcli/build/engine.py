@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
-from loomcli.emit import FORMATS as EMIT_FORMATS
-from loomcli.emit import NATIVE_FORMAT
+from loomcli.diagnostics import Diagnostic
+from loomcli.emit import BACKENDS
 from loomcli.errors import LoomError, atomic_write
 
 if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
@@ -45,8 +45,6 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 2
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
-FORMATS = dict(NATIVE_FORMAT)                                           # family -> the format a build writes
-EXTENSIONS = {family: EMIT_FORMATS[fmt][1] for family, fmt in FORMATS.items()}
 
 
 class Progress(Protocol):
@@ -91,7 +89,7 @@ class Item:
     def files(self) -> dict[str, str]:
         """Output role -> file name."""
         name = self.kernels.name
-        return {"artifact": name + EXTENSIONS[self.family], "launch_config": f"{name}.launch.loombc",
+        return {"artifact": name + BACKENDS[self.family].suffix, "launch_config": f"{name}.launch.loombc",
                 "manifest": f"{name}.manifest.json"}
 
 
@@ -215,7 +213,7 @@ def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: 
         "pipeline": project.pipeline, "config": project.config, "project_file": project.file,
         "libraries": [[name, digest] for name, digest, _ in libs],
         "lengths": [len(b) for b in srcs] + [len(data) for _, _, data in libs],
-        "targets": [[i.target, FORMATS[i.family], i.files()["artifact"], i.files()["launch_config"]]
+        "targets": [[i.target, BACKENDS[i.family].native_format, i.files()["artifact"], i.files()["launch_config"]]
                     for i in misses],
     }
     return header, b"".join(srcs) + b"".join(data for _, _, data in libs)

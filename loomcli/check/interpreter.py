@@ -31,7 +31,8 @@ from typing import Any
 from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import OPS
+from loomcli.ir.ops import CONVERGENT as CONVERGENT_TRAIT
+from loomcli.ir.ops import OPS, ops_with
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
@@ -240,7 +241,7 @@ class Sync:
         self.op, self.subgroup, self.value = op, subgroup, value
 
 
-CONVERGENT = frozenset({"kernel.barrier", "kernel.workgroup.reduce", "kernel.subgroup.reduce"})
+CONVERGENT = ops_with(CONVERGENT_TRAIT)
 
 
 # Operations one launch may run, all invocations together, before EXEC/003:

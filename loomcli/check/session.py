@@ -55,7 +55,7 @@ def vulkan_profile(target: str | None, runner: VulkanRunner) -> Profile:
     from loomcli.targets.profiles import VULKAN_ENVS, parse_target
 
     profile = parse_target(target or f"spirv:{runner.info.vulkan_env}")
-    if profile.family != "spirv":
+    if profile.spirv_version is None:
         raise UsageError(f"loom test runs SPIR-V on Vulkan; --target {target} is not a spirv:vulkan1.x target")
     if VULKAN_ENVS.index(profile.selector) > VULKAN_ENVS.index(runner.info.vulkan_env):
         raise LoomError(f"--target {profile.name} needs Vulkan {profile.selector[len('vulkan'):]}; "

@@ -15,12 +15,11 @@ import os
 import click
 
 from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.emit import FORMATS as ARTIFACT_FORMATS
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
-ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text",
-               "asm")
-EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
-              "spirv-binary": ".spv", "nvptx-ptx": ".ptx", "nvptx-cubin": ".cubin", "llvmir-text": ".ll", "asm": ".s"}
+ALL_FORMATS = ("loom-bytecode", "loom-text", *ARTIFACT_FORMATS)
+EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", **ARTIFACT_FORMATS}
 BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
 POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
 
@@ -86,16 +85,14 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
-    from loomcli.emit import LLVM_FAMILIES, NATIVE_FORMAT
+    from loomcli.emit import backend_for
     from loomcli.jobs.compile import CompileRequest
     from loomcli.jobs.session import compile_session
 
-    if (no_cache or not enabled()) and len(profiles) == 1 and profiles[0].family in LLVM_FAMILIES \
-            and out_format in ("amdgpu-hsaco", "nvptx-ptx", "nvptx-cubin", "asm", None):
-        # No cache can answer: start LLVM's worker now, it warms up while the front end runs.
-        from loomcli.emit.llvm.backend import start_worker
-
-        start_worker()
+    if (no_cache or not enabled()) and len(profiles) == 1:
+        # No cache can answer: start the back end's worker (LLVM) now, it warms up while the front end runs.
+        backend = backend_for(profiles[0])
+        backend.start_worker(out_format or fmt or backend.native_format)
 
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
                              config_files=config_files, pipeline=pipeline,
@@ -113,7 +110,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         tag = f"{profile.family}-{profile.selector}" if profile is not None else ""
         if out_dir is not None:
             assert profile is not None
-            kind = fmt or NATIVE_FORMAT[profile.family]
+            kind = fmt or backend_for(profile).native_format
             path = os.path.join(out_dir, f"{stem}.{tag}{EXTENSIONS[kind]}")
         else:
             assert output is not None and out_format is not None

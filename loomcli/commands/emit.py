@@ -7,8 +7,9 @@ import os
 import click
 
 from loomcli.driver import UsageError, diagnostics_option
+from loomcli.emit import FORMATS
 
-FORMAT_CHOICES = ("amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
+FORMAT_CHOICES = tuple(FORMATS)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

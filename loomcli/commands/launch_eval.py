@@ -85,7 +85,7 @@ def _from_artifact(data: bytes, shown: str, name: str, workload: tuple[str, ...]
         from loomcli.targets.profiles import parse_target
 
         wanted = parse_target(target)
-        if wanted.chip != fn.profile.chip or wanted.family != fn.profile.family:
+        if wanted.name != fn.profile.name:
             raise UsageError(f"{shown}: `{fn.entry}` was built for {fn.profile.name}, not {wanted.name}")
     return program.invoke(fn, workload)
 

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from loomcli.diagnostics import CompileError, has_errors
-from loomcli.emit import FORMATS, SUFFIX_FORMATS, Artifact
+from loomcli.emit import SUFFIX_FORMATS, Artifact, backend_for, families_writing
 from loomcli.ir.core import Module
 from loomcli.targets.profiles import Profile
 
@@ -51,18 +51,15 @@ class Emission:
             self.checked = True
 
     def artifact(self, fmt: str) -> Artifact:
-        """The artifact in format `fmt`, from the family's emitter (`EMITTERS`). Raises CompileError, UsageError."""
-        from importlib import import_module
-
-        from loomcli.emit import EMITTERS
+        """The artifact in format `fmt`, from the family's row of the emitter table. Raises CompileError, UsageError."""
         from loomcli.errors import UsageError
 
-        families = FORMATS[fmt][0]
-        if families is not None and self.profile.family not in families:
-            raise UsageError(f"format {fmt} is for {' and '.join(families)} targets, not {self.profile.name}")
+        backend = backend_for(self.profile)
+        if fmt not in backend.formats:
+            raise UsageError(f"format {fmt} is for {' and '.join(families_writing(fmt))} targets, "
+                             f"not {self.profile.name}")
         self._check()
-        module_name, _, function = EMITTERS[self.profile.family].partition(":")
-        return getattr(import_module(module_name), function)(self.module, self.profile, fmt)
+        return backend.emit(self.module, self.profile, fmt)
 
     def launch_config(self) -> bytes:
         """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""

@@ -163,7 +163,7 @@ class _Builder:
         from loomcli.ir.builder import create
         from loomcli.ir.types import I32
         from loomcli.targets.checks import reachable_ops
-        from loomcli.targets.records import RECORD_OP, record_keys
+        from loomcli.targets.records import record_keys
 
         out: list[Operation] = [create("config.def", attrs={"sym": FORMAT_SYMBOL, "value": FORMAT_VERSION,
                                                               "type": I32})]
@@ -175,7 +175,8 @@ class _Builder:
             record = records.get(identity)
             if record is None:
                 record = records[identity] = f"{TARGET_PREFIX}{len(records)}"
-                out.append(create(RECORD_OP[profile.family], attrs={"kind": profile.chip, "sym": record, "dict": keys}))
+                assert profile.record_op is not None
+                out.append(create(profile.record_op, attrs={"kind": profile.chip, "sym": record, "dict": keys}))
             entry = entry_name(kernel)
             facts = {"subgroup_size": profile.subgroup_size or 0, "workgroup_storage_bytes": storage}
             for fact, t in FACTS.items():

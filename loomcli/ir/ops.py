@@ -72,6 +72,8 @@ CONVERGENT = "convergent"    # barriers and collectives
 COORDINATE = "coordinate"    # kernel coordinates
 MEMORY = "memory"            # memory access or allocation (forbidden in `pure`)
 LAUNCH = "launch"            # launches or dispatches work
+COMMUTATIVE = "commutative"  # two operands that may swap (the canonicalizer orders constants right)
+TARGET_RECORD = "target record"  # `<family>.target<chip> @r {keys}` (LANGUAGE.md 7.8)
 
 FASTMATH = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
 OVERFLOW = ("nsw", "nuw")
@@ -91,7 +93,6 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
 VULKAN_ENVS = ("vulkan1_1", "vulkan1_2", "vulkan1_3")
 NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
 # The target record ops (section 7.8): `target(@t)` names one of these.
-TARGET_RECORDS = ("amdgpu.target", "spirv.target", "nvptx.target")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class OpDef:
     leading_operands: int = 0          # operands before carried inits (scf.for bounds)
     legacy_dict: bool = False          # `op {…}` was the legacy spelling (PARSE/011)
     operand_keywords: tuple[str, ...] = field(default=())
+    symbol_kind: str = ""              # what messages call the symbol a SYMBOL op defines ("function")
 
     def __post_init__(self) -> None:
         self.operand_keywords = tuple(d.word for d in self.format if isinstance(d, KwParen) and d.inner == "operand")
@@ -144,8 +146,16 @@ op("index.constant", Literal(), TypeSame(), rule="constant", traits=_P,
    example="%c = index.constant 64 : index")
 op("index.cast", Operands(), TypeArrow([0], "to"), rule="index_cast", traits=_P,
    example="%i = index.cast %x : i64 to index")
+_COMMUTES = {"add", "mul", "min", "max", "andi", "ori", "xori", "addi", "muli", "minsi", "maxsi", "minui", "maxui",
+             "addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf"}
+
+
+def _arith(name: str) -> set[str]:
+    return {PURE, COMMUTATIVE} if name in _COMMUTES else {PURE}
+
+
 for _n in ("add", "sub", "mul", "div", "rem", "min", "max", "andi", "ori", "xori", "shli", "shrsi", "shrui"):
-    op(f"index.{_n}", Operands(), TypeSame(), rule="index_binary", traits=_P,
+    op(f"index.{_n}", Operands(), TypeSame(), rule="index_binary", traits=_arith(_n),
        example=f"%r = index.{_n} %a, %b : index")
 op("index.madd", Operands(), TypeSame(), rule="index_ternary", traits=_P,
    example="%r = index.madd %a, %b, %c : index")
@@ -161,14 +171,14 @@ op("scalar.constant", Literal(), TypeSame(), rule="constant", traits=_P,
    example="%c = scalar.constant 0.5 : f32")
 for _n in ("addi", "subi", "muli", "shli"):
     op(f"scalar.{_n}", Kind(OVERFLOW, flags=True, attr="flags"), Operands(), TypeSame(), rule="int_binary",
-       traits=_P, example=f"%r = scalar.{_n}<nsw> %a, %b : i32")
+       traits=_arith(_n), example=f"%r = scalar.{_n}<nsw> %a, %b : i32")
 for _n in ("divsi", "divui", "remsi", "remui", "minsi", "maxsi", "minui", "maxui", "andi", "ori", "xori",
            "shrsi", "shrui"):
-    op(f"scalar.{_n}", Operands(), TypeSame(), rule="int_binary", traits=_P,
+    op(f"scalar.{_n}", Operands(), TypeSame(), rule="int_binary", traits=_arith(_n),
        example=f"%r = scalar.{_n} %a, %b : i32")
 for _n in ("addf", "subf", "mulf", "divf", "minimumf", "maximumf", "minnumf", "maxnumf", "powf"):
     op(f"scalar.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_binary",
-       traits=_P, example=f"%r = scalar.{_n}<nnan|nsz> %a, %b : f32")
+       traits=_arith(_n), example=f"%r = scalar.{_n}<nnan|nsz> %a, %b : f32")
 for _n in ("sqrtf", "negf", "rsqrtf", "expf", "exp2f", "logf", "log2f", "tanhf", "sinf", "cosf"):
     op(f"scalar.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_unary",
        traits=_P, example=f"%r = scalar.{_n} %x : f32")
@@ -260,12 +270,12 @@ op("kernel.def", Modifiers(("retain", "target", "export")), SymName(), SigArgs("
    contexts=TOP, traits={SYMBOL},
    regions=(RegionSpec("kernel.launch.config", K_CFG, isolated=True),
             RegionSpec("kernel.return", K_BODY, isolated=True)),
-   example="kernel.def export(\"k\") @k(%n: index) {")
+   example="kernel.def export(\"k\") @k(%n: index) {", symbol_kind="kernel")
 op("kernel.decl", SymName(), SigArgs("sig"), Where("sig"), SigArgs("launch", glued=False), Where("launch"),
    rule="kernel_decl", contexts=TOP, traits={SYMBOL},
-   example="kernel.decl @k(%n: index) launch(%n: index, %out: buffer)")
+   example="kernel.decl @k(%n: index) launch(%n: index, %out: buffer)", symbol_kind="kernel")
 op("kernel.entry.decl", SymName(), SigArgs("sig"), Where("sig"), rule="entry_decl", contexts=TOP,
-   traits={SYMBOL}, example="kernel.entry.decl @external(%storage: buffer)")
+   traits={SYMBOL}, example="kernel.entry.decl @external(%storage: buffer)", symbol_kind="entry")
 op("kernel.launch", Callee(workload=True), CallTypes(results=False), rule="launch", contexts=LAUNCHERS,
    traits={LAUNCH}, example="kernel.launch @k[%n](%n, %out) : [index](index, buffer)")
 op("kernel.dispatch", Callee(workload=True), CallTypes(results=False), rule="dispatch",
@@ -294,22 +304,23 @@ _FUNC_BODY = RegionSpec("func.return", "convention", isolated=True)
 _TEMPLATE_BODY = RegionSpec("template.return", "convention", isolated=True)
 op("func.def", Modifiers(("public", "retain", "host", "device", "pure", "inline", "noinline", "target")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="func_def", contexts=TOP,
-   traits={SYMBOL}, regions=(_FUNC_BODY,), example="func.def public pure @twice(%x: f32) -> (f32) {")
+   traits={SYMBOL}, regions=(_FUNC_BODY,), example="func.def public pure @twice(%x: f32) -> (f32) {",
+   symbol_kind="function")
 op("func.decl", Modifiers(("public", "host", "device", "pure")), SymName(), SigArgs("sig"), SigResults(),
    Where("sig"), rule="func_decl", contexts=TOP, traits={SYMBOL},
-   example="func.decl pure @twice(%x: f32) -> (f32)")
+   example="func.decl pure @twice(%x: f32) -> (f32)", symbol_kind="function")
 op("func.call", Modifiers(("pure", "inline", "noinline")), Callee(workload=False), CallTypes(), rule="call",
    example="%y = func.call pure @twice(%x) : (f32) -> (f32)")
 op("func.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR},
    example="func.return %a, %b : f32, i32")
 op("template.decl", SymName(), SigArgs("sig"), SigResults(), Where("sig"), rule="template_decl", contexts=TOP,
-   traits={SYMBOL}, example="template.decl @tile.pick(%n: index) -> (index)")
+   traits={SYMBOL}, example="template.decl @tile.pick(%n: index) -> (index)", symbol_kind="template family")
 op("template.def", SymKind("family"),
    Modifiers(("public", "retain", "host", "device", "pure", "target", "requires", "priority")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="template_def",
    contexts=TOP, traits={SYMBOL}, regions=(_TEMPLATE_BODY,),
    example="template.def<@tile.pick> requires [#target.subgroup.size<64>] priority(5) "
-           "@pick64(%n: index) -> (index) where [ge(%n, 64)] {")
+           "@pick64(%n: index) -> (index) where [ge(%n, 64)] {", symbol_kind="template provider")
 op("template.apply", SymKind("family"), ParenOperands(), CallTypes(), rule="apply", contexts=KERNEL_AND_FUNCS,
    example="%t = template.apply<@tile.pick>(%n) : (index) -> (index)")
 op("template.call", Callee(workload=False), CallTypes(), rule="template_call", contexts=KERNEL_AND_FUNCS,
@@ -319,17 +330,18 @@ op("template.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, tra
 
 # ------------------------------------------------------------------ config, targets, module (7.8)
 op("config.decl", SymName(), ConfigDeclType(), rule="config_decl", contexts=TOP, traits={SYMBOL},
-   example="config.decl @model.layers : %v: index where [range(%v, 1, 256)]")
+   example="config.decl @model.layers : %v: index where [range(%v, 1, 256)]", symbol_kind="config key")
 op("config.def", SymName(), Punct("="), Literal(), TypeAttr(), rule="config_def", contexts=TOP,
-   traits={SYMBOL}, example="config.def @model.layers = 32 : index")
+   traits={SYMBOL}, example="config.def @model.layers = 32 : index", symbol_kind="config key")
 op("config.get", SymName("ref"), TypeSame(operands=[]), rule="config_get", traits=_P,
    example="%l = config.get @model.layers : index")
 op("amdgpu.target", Kind(AMDGPU_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
-   traits={SYMBOL}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}")
+   traits={SYMBOL, TARGET_RECORD}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}", symbol_kind="target")
 op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", contexts=TOP,
-   traits={SYMBOL}, example="spirv.target<vulkan1_3> @vk {subgroup_size = 32}")
+   traits={SYMBOL, TARGET_RECORD}, example="spirv.target<vulkan1_3> @vk {subgroup_size = 32}", symbol_kind="target")
 op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
-   traits={SYMBOL}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}")
+   traits={SYMBOL, TARGET_RECORD}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}",
+   symbol_kind="target")
 op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,
@@ -339,10 +351,11 @@ op("module.import", StringAttr("key"), SymbolList(), rule="module_import", conte
 op("command.program.def", Modifiers(("public", "retain", "target")), SymName(), SigArgs("sig", region=0),
    SigArgs("launch", region=0, glued=False), Where("launch"), Region(0), rule="program_def", contexts=TOP,
    traits={SYMBOL}, regions=(RegionSpec("command.return", PROGRAM, isolated=True),),
-   example="command.program.def public @run(%n: index) launch(%b: buffer) where [range(%n, 1, 64)] {")
+   example="command.program.def public @run(%n: index) launch(%b: buffer) where [range(%n, 1, 64)] {",
+   symbol_kind="command program")
 op("command.program.decl", Modifiers(("public", "retain", "target")), SymName(), SigArgs("sig"),
    SigArgs("launch", glued=False), Where("launch"), rule="program_decl", contexts=TOP, traits={SYMBOL},
-   example="command.program.decl public @run(%n: index) launch(%b: buffer)")
+   example="command.program.decl public @run(%n: index) launch(%b: buffer)", symbol_kind="command program")
 op("command.program.launch", Callee(workload=True), CallTypes(results=False), rule="program_launch",
    contexts=frozenset({PROGRAM}), traits={LAUNCH}, example="command.program.launch @stage[%n](%b) : [index](buffer)")
 _CMD_YIELD = RegionSpec("command.yield", elide=True)
@@ -355,7 +368,8 @@ op("command.return", rule="no_operands", contexts=frozenset({PROGRAM}), traits={
    example="command.return")
 _CASE = frozenset({CASE})
 op("check.case", Modifiers(("public",)), SymName(), Region(0), rule="no_operands", contexts=TOP,
-   traits={SYMBOL}, regions=(RegionSpec("check.return", CASE, isolated=True),), example="check.case public @c {")
+   traits={SYMBOL}, regions=(RegionSpec("check.return", CASE, isolated=True),), example="check.case public @c {",
+   symbol_kind="check case")
 op("check.literal", KwParen("value", "lit"), TypeSame(operands=[]), rule="check_literal", contexts=_CASE,
    example="%a = check.literal value(2.0) : f32")
 op("check.param.choice", KwParen("values", "lits"), KwParen("name", "str"), TypeSame(operands=[]),
@@ -372,10 +386,18 @@ op("check.expect.close", KwParen("actual", "operand"), KwParen("expected", "oper
    example="check.expect.close actual(%y) expected(%w) atol(0.0) rtol(0.0001) nan(same) : f32")
 op("check.return", rule="no_operands", contexts=_CASE, traits={TERMINATOR}, example="check.return")
 op("check.benchmark", SymKind("case"), SymName(), Dict(), rule="benchmark", contexts=TOP, traits={SYMBOL},
-   example="check.benchmark<@saxpy_case> @saxpy_big {n = 1009}")
+   example="check.benchmark<@saxpy_case> @saxpy_big {n = 1009}", symbol_kind="benchmark")
 
 # Removed spellings that get a pointed PARSE/006 (section 1).
 RENAMED_OPS = {
     "func.template": "template.def", "func.ukernel": "template.def",
     "func.apply": "template.apply", "func.provider.decl": "template.decl",
 }
+
+
+def ops_with(trait: str) -> frozenset[str]:
+    """The names of the ops that declare `trait`."""
+    return frozenset(name for name, d in OPS.items() if d.has(trait))
+
+
+TARGET_RECORDS = tuple(name for name, d in OPS.items() if d.has(TARGET_RECORD))  # in declaration order

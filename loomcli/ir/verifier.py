@@ -58,14 +58,6 @@ from loomcli.ir.types import (
 MAX_VECTOR_LANES = 64
 _EXPORT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
-SYMBOL_KINDS = {
-    "func.def": "function", "func.decl": "function", "template.decl": "template family",
-    "template.def": "template provider", "kernel.def": "kernel", "kernel.decl": "kernel",
-    "kernel.entry.decl": "entry", "command.program.def": "command program",
-    "command.program.decl": "command program", "config.decl": "config key", "config.def": "config key",
-    **{name: "target" for name in TARGET_RECORDS}, "check.case": "check case",
-    "check.benchmark": "benchmark",
-}
 
 _INT_KINDS = {"addi", "muli", "andi", "ori", "xori", "minsi", "maxsi", "minui", "maxui", "xchgi", "subi"}
 _FLOAT_KINDS = {"addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf", "xchgf"}
@@ -170,7 +162,7 @@ class Verifier:
             self.error("SYMBOL/002", op.loc_of(attr), s=name)
             return None
         if target.name not in kinds:
-            self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=SYMBOL_KINDS.get(target.name, target.name),
+            self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=target.opdef.symbol_kind or target.name,
                        kind2=expected)
             return None
         return target
@@ -1029,7 +1021,7 @@ class Verifier:
                 self.error("SYMBOL/002", op.loc_of(f"symbols{i}"), s=name)
             elif not target.name.endswith(".decl"):
                 self.error("SYMBOL/003", op.loc_of(f"symbols{i}"), s=name,
-                           kind=SYMBOL_KINDS.get(target.name, target.name), kind2="declaration")
+                           kind=target.opdef.symbol_kind or target.name, kind2="declaration")
 
     # ------------------------------------------------------------ rules: commands and checks
 

@@ -28,6 +28,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import FORMATS
 from loomcli.errors import LoomError
 from loomcli.jobs.tasks import Task, TaskResult, TaskSink, WorkerContext
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from loomcli.cache import Cache
 
 TASK_FUNCTION = "loomcli.jobs.compile:compile_task"
-TARGET_FORMATS = ("amdgpu-hsaco", "spirv-binary", "nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
+TARGET_FORMATS = tuple(FORMATS)   # every artifact format of the emitter table
 MODULE_FORMATS = ("loom-bytecode", "loom-text")
 
 _OUTCOME_MAGIC = b"LOOMOUT\x01"
@@ -301,7 +302,7 @@ def _ptxas_version(path: str) -> str:
 def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
-    from loomcli.emit import LLVM_FAMILIES
+    from loomcli.emit import backend_for
     from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
     from loomcli.targets.profiles import parse_target
 
@@ -312,7 +313,7 @@ def cache_key(request: CompileRequest) -> str:
     profile = parse_target(request.target) if request.target else None
     facts = {
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
-        "llvm": llvm_version() if profile is not None and profile.family in LLVM_FAMILIES else "",
+        "llvm": llvm_version() if profile is not None and backend_for(profile).llvm else "",
         # NVIDIA's assembler writes the cubin: its version decides the bytes.
         "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
         "profile": repr(profile) if profile is not None else "",

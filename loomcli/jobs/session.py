@@ -73,9 +73,12 @@ class Session:
 
 def preload_for(targets: list[str], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Modules a worker prepares before its first task: the compile entry
-    point (and `extra`), and LLVM when an AMDGPU or NVPTX target is built."""
+    point (and `extra`), and LLVM when a target that emits through it is built."""
+    from loomcli.emit import backend_for
+    from loomcli.targets.profiles import parse_target
+
     mods = ["loomcli.jobs.compile", *extra]
-    if any(t.startswith(("amdgpu", "nvptx")) for t in targets):
+    if any(backend_for(parse_target(t)).llvm for t in targets):
         mods.append("loomcli.emit.llvm.codegen")
     return tuple(mods)
 

@@ -397,11 +397,11 @@ def check_geometry(counts: tuple[int, int, int], sizes: tuple[int, int, int], cl
             return f"workgroups.{AXES[d]}", f"{c} (not a multiple of cluster size {k})"
     if cluster != (1, 1, 1):
         return "cluster_size", f"{'x'.join(map(str, cluster))} ({profile.name} has no workgroup clusters)"
-    if profile.family == "amdgpu":
+    if profile.max_grid_size is not None:
         for d, (c, s) in enumerate(zip(counts, sizes)):
-            if c * s > U32_MAX:
+            if c * s > profile.max_grid_size:
                 return (f"workgroups.{AXES[d]}*workgroup_size.{AXES[d]}",
-                        f"{c}*{s} = {c * s} (above {U32_MAX})")
+                        f"{c}*{s} = {c * s} (above {profile.max_grid_size})")
     return None
 
 

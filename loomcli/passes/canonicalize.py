@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
+from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
+from loomcli.ir.ops import ops_with
 from loomcli.ir.types import I1, INDEX, OFFSET
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
@@ -156,10 +158,7 @@ def fold_constants(op: Operation) -> list[Value | Lit] | None:
 
 # ---------------------------------------------------------------- algebra (integers and index)
 
-COMMUTATIVE = frozenset(
-    [f"index.{n}" for n in ("add", "mul", "min", "max", "andi", "ori", "xori")]
-    + [f"scalar.{n}" for n in ("addi", "muli", "minsi", "maxsi", "minui", "maxui", "andi", "ori", "xori",
-                               "addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf")])
+COMMUTATIVE = ops_with(COMMUTATIVE_TRAIT)
 
 
 def constant_to_right(op: Operation, rw: Rewriter) -> bool:

@@ -27,6 +27,10 @@ class PassContext:
     config: Mapping[str, Any] = field(default_factory=dict)
     target: Any = None
     verify_each: bool = False
+    # What passes report besides the module: template selection decisions
+    # (`--print-selections`) and warnings.
+    decisions: list[Any] = field(default_factory=list)
+    warnings: list[Any] = field(default_factory=list)
 
 
 _OPTION_TYPES: dict[str, type] = {"int": int, "bool": bool, "str": str, "float": float}

@@ -2,8 +2,9 @@
 
 `specialize-config` applies the run's config bindings (LANGUAGE.md 11);
 `select-templates` runs template selection for the run's target profile
-(LANGUAGE.md 10). `loom compile` runs both before the pipeline; as passes
-they can also appear in pipeline text, e.g. for `loom opt`.
+(LANGUAGE.md 10); `specialize-target` folds the profile's facts. A compile
+runs the target ones before its pipeline (`loomcli.pipeline.SPECIALIZE_FOR_TARGET`);
+all three can also appear in pipeline text, e.g. for `loom opt`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class SelectTemplates(ModulePass):
     summary = "Turn decided template.apply sites into template.call (early: may stay open; final: must decide)."
 
     mode: str = option("`early` keeps sites an unknown candidate could win open; `final` decides", "final")
+    require_resolved: bool = option("a reachable unbound config.get is CONFIG/003 (the module will be emitted or run)",
+                                    False)
 
     def run(self, module: Module, ctx: PassContext) -> None:
         from loomcli.errors import UsageError
@@ -45,9 +48,11 @@ class SelectTemplates(ModulePass):
 
         if self.mode not in ("early", "final"):
             raise UsageError(f"select-templates{{mode={self.mode}}}: expected early or final")
-        _, diags = select_templates(module, ctx.target, self.mode)
+        decisions, diags = select_templates(module, ctx.target, self.mode, require_resolved=self.require_resolved)
         if has_errors(diags):
             raise CompileError(diags)
+        ctx.decisions += decisions
+        ctx.warnings += diags
 
 
 @dataclass(frozen=True)

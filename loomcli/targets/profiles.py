@@ -30,6 +30,8 @@ SPIRV_VERSIONS = {"vulkan1.1": (1, 3), "vulkan1.2": (1, 5), "vulkan1.3": (1, 6)}
 
 U32_MAX = (1 << 32) - 1
 
+RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx.target"}   # family -> record op
+
 # NVIDIA: a kernel's static `.shared` data may take 48 KiB; more is dynamic
 # shared memory a launch opts into (cudaFuncAttributeMaxDynamicSharedMemorySize),
 # up to this per-block size (CUDA C Programming Guide, compute capabilities).
@@ -78,6 +80,16 @@ class Profile:
     @property
     def is_generic(self) -> bool:
         return self.selector.endswith("-generic")
+
+    @property
+    def max_grid_size(self) -> int | None:
+        """Per axis, workgroups x workgroup size must fit this (AMD's dispatch packet holds a u32 grid)."""
+        return U32_MAX if self.family == "amdgpu" else None
+
+    @property
+    def record_op(self) -> str | None:
+        """The op of this profile's target records (`amdgpu.target`); None for the reference profile."""
+        return RECORD_OP.get(self.family)
 
     def matches_record(self, record_chip: str) -> bool:
         """`target(@t)`: the record names this chip or the generic chip covering it."""

@@ -19,10 +19,9 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation
-from loomcli.targets.profiles import REFERENCE, U32_MAX, Profile, parse_target, with_overrides
+from loomcli.targets.profiles import RECORD_OP, REFERENCE, U32_MAX, Profile, parse_target, with_overrides
 
-RECORD_OPS = {"amdgpu.target": "amdgpu", "spirv.target": "spirv", "nvptx.target": "nvptx"}
-RECORD_OP = {family: name for name, family in RECORD_OPS.items()}   # family -> record op
+RECORD_OPS = {op: family for family, op in RECORD_OP.items()}   # record op -> family
 FEATURES = ("f16", "f64", "i64", "int8_storage", "int16_storage")
 U63_MAX = (1 << 63) - 1
 _WAVE64_ONLY = ("gfx90a", "gfx942", "gfx950", "gfx9-generic", "gfx9-4-generic")
@@ -77,6 +76,11 @@ RECORD_KEYS: dict[str, Key] = {
 
 def is_record(op: Operation | None) -> bool:
     return op is not None and op.name in RECORD_OPS
+
+
+def record_target(record: Operation) -> str:
+    """The target a record names, as `--target` spells it (`spirv:vulkan1.3`)."""
+    return parse_target(f"{RECORD_OPS[record.name]}:{record.attrs['kind']}").name
 
 
 def _shown(v: Any) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.llvm.target import AtomicRMW, LLVMTarget
 from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.ops import TERMINATOR
 from loomcli.ir.types import (
     BF16,
     BUFFER,
@@ -71,7 +72,6 @@ FLOAT_MINMAX = {"minimumf": "minimum", "maximumf": "maximum", "minnumf": "minnum
 UNARY_MATH = {"sqrtf": "sqrt", "expf": "exp", "exp2f": "exp2", "logf": "log", "log2f": "log2", "sinf": "sin",
               "cosf": "cos", "tanhf": "tanh", "floorf": "floor", "ceilf": "ceil", "absf": "fabs"}
 EXACT_UNARY = ("floor", "ceil", "fabs")
-TERMINATORS = ("scf.yield", "scf.condition", "func.return", "template.return", "kernel.return")
 CALLS = ("func.call", "template.call")
 
 _LOCAL = re.compile(r"%([A-Za-z_$][\w.$-]*)")
@@ -667,7 +667,7 @@ class FunctionLowering:
     def lower_body(self, region: Region) -> Operation | None:
         """Lower a region's ops; returns its terminator (None if elided)."""
         for op in region.ops:
-            if op.name in TERMINATORS:
+            if op.opdef.has(TERMINATOR):
                 return op
             handler = HANDLERS.get(op.name)
             if handler is None:
@@ -1156,7 +1156,7 @@ def _if(fl: FunctionLowering, op: Operation) -> None:
     then_label = fl.fresh("if.then")
     merge_label = fl.fresh("if.end")
     else_region = op.regions[1]
-    has_else = bool(op.results) or any(o.name not in TERMINATORS for o in else_region.ops)
+    has_else = bool(op.results) or any(not o.opdef.has(TERMINATOR) for o in else_region.ops)
     else_label = fl.fresh("if.else") if has_else else merge_label
     fl.emit(f"br i1 {cond}, label %{then_label}, label %{else_label}")
     fl.start_block(then_label)
