@@ -95,6 +95,15 @@ def test_the_sample_project(tmp_path: Path, fresh_cache: Path) -> None:
     out = project / "build" / "loom"
     files = sorted(outputs(out))
     assert (out / ".loom-build.json").exists()
+    commands = [f for f in files if "/run/" in f]
+    files = [f for f in files if "/run/" not in f]
+    assert commands == sorted(f"{t}/run/{name}" for t, native in (("amdgpu-gfx1100", ".hsaco"),
+                                                                  ("spirv-vulkan1.3", ".spv"))
+                              for name in ("run.commands.json", "program-0.loomcmd", "kernel-0.loombc",
+                                           "kernel-0" + native, "kernel-0.launch.loombc", "kernel-0.manifest.json"))
+    entries = json.loads((out / "spirv-vulkan1.3" / "run" / "run.commands.json").read_text())["entries"]
+    assert entries == [{"symbol": "scale", "source_request": "kernel-0.loombc", "artifact": "kernel-0.spv",
+                        "export": "scale", "launch_config": "kernel-0.launch.loombc"}, {"symbol": "external"}]
     assert files == sorted([
         f"{t}/{s}{ext}" for t, native in (("amdgpu-gfx1100", ".hsaco"), ("spirv-vulkan1.3", ".spv"))
         for s in ("blas", "elementwise") for ext in (native, ".launch.loombc", ".manifest.json")])
@@ -267,3 +276,49 @@ def test_a_broken_library_fails_the_sets_that_use_it_once(tmp_path: Path, fresh_
     captured = capsys.readouterr()
     assert captured.err.count("square.loom:3:2: error [PARSE/003]") == 1
     assert captured.out.count("failed set") == 2 and captured.out.count("compiled set") == 2
+
+
+COMMAND = """\
+func.decl public pure @twice(%x: f32) -> (f32)
+
+kernel.def export("k") @k(%n: index) {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%n: index, %x: buffer) {
+  %zero = index.constant 0 : offset
+  %i = kernel.workitem.dispatch.id<x> : index
+  %xv = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %xi = view.load %xv[%i] : view<[%n]xf32> -> f32
+  %r = func.call pure @twice(%xi) : (f32) -> (f32)
+  view.store %r, %xv[%i] : f32, view<[%n]xf32>
+  kernel.return
+}
+
+command.program.def public @go() launch(%x: buffer) {
+  %n = index.constant 64 : index
+  kernel.launch @k[%n](%n, %x) : [index](index, buffer)
+  command.return
+}
+"""
+
+
+def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fresh_cache: Path) -> None:
+    extra = '\n[[command]]\nname = "go"\nsrcs = ["cmd/go.loom"]\nlibraries = ["twice"]\n'
+    project = make_project(tmp_path / "p", sets=1, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"), extra=extra)
+    (project / "cmd").mkdir()
+    (project / "cmd" / "go.loom").write_text(COMMAND)
+    out = project / "build" / "loom"
+    trace = tmp_path / "t.json"
+    assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace)) == 0
+    cold = outputs(out)
+    assert sorted(f for f in cold if "/go/" in f and f.startswith("spirv")) == [
+        f"spirv-vulkan1.3/go/{n}" for n in ("go.commands.json", "kernel-0.launch.loombc", "kernel-0.loombc",
+                                             "kernel-0.manifest.json", "kernel-0.spv", "program-0.loomcmd")]
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert trace_events(trace) == []
+    shutil.rmtree(out / "amdgpu-gfx1100" / "go")
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert trace_events(trace) == [] and outputs(out) == cold  # from the cache, nothing compiled
+    shutil.rmtree(out)
+    assert run("build", str(project), "-q", "-j", "1", "--no-cache") == 0
+    assert outputs(out) == cold

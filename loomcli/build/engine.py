@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loomcli.build.project import KernelSet, Project, library_closure
+from loomcli.build.project import CommandSet, KernelSet, Project, library_closure
 from loomcli.diagnostics import Diagnostic
 from loomcli.emit import BACKENDS
 from loomcli.errors import LoomError, atomic_write
@@ -93,6 +93,20 @@ class Item:
                 "manifest": f"{name}.manifest.json"}
 
 
+@dataclass(frozen=True)
+class CommandItem:
+    """One [[command]] for one target: its frontier outputs in `folder`."""
+
+    command: CommandSet
+    target: str
+    key: str
+    folder: str                 # out-dir/<family>-<selector>/<name>
+
+    @property
+    def label(self) -> str:
+        return f"command {self.command.name} {self.target}"
+
+
 @dataclass
 class BuildReport:
     targets: list[str]
@@ -121,13 +135,14 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     targets = list(dict.fromkeys(targets))
     out_dir = os.path.abspath(options.out_dir) if options.out_dir is not None else project.path(project.out_dir)
     report = BuildReport(targets, out_dir)
-    for c in project.commands:
-        report.pending.append(f"[[command]] {c.name!r}")
     sources = _SourceReader(project)
     items = [Item(ks, t, _source_key(project, ks, t, sources), os.path.join(out_dir, t.replace(":", "-")))
              for ks in project.kernels for t in targets]
+    commands = [CommandItem(c, t, _command_key(project, c, t, sources),
+                            os.path.join(out_dir, t.replace(":", "-"), c.name))
+                for c in project.commands for t in targets]
     report.counts = {t: {} for t in targets}
-    totals = {t: sum(1 for i in items if i.target == t) for t in targets}
+    totals = {t: sum(1 for i in [*items, *commands] if i.target == t) for t in targets}
     progress.plan(targets, totals)
     state = _load_state(out_dir)
     todo: list[Item] = []
@@ -136,15 +151,22 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
             _done(report, progress, item, "up-to-date")
         else:
             todo.append(item)
+    commands_todo: list[CommandItem] = []
+    for command in commands:
+        if _up_to_date(command, state):
+            _done(report, progress, command, "up-to-date")
+        else:
+            commands_todo.append(command)
     # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
-    rebuilding = {_state_name(i) for i in todo}
+    rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
     new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding}
-    if not todo:
+    every: list[Item | CommandItem] = [*items, *commands]
+    if not todo and not commands_todo:
         if options.trace is not None:
             from loomcli.jobs.session import write_trace
 
             write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
-        _finish(report, out_dir, new_state, items)
+        _finish(report, out_dir, new_state, every)
         return report
     from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
     from loomcli.jobs.session import compile_session
@@ -152,13 +174,16 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
 
     _clean_strays(out_dir)
     sets = list(dict.fromkeys(i.kernels for i in todo))
-    with compile_session(options.jobs, len(sets), targets, no_cache=options.no_cache, warn=warn,
+    from loomcli.jobs.pool import resolve_jobs
+
+    hint = len(sets) + (resolve_jobs(options.jobs) if commands_todo else 0)
+    with compile_session(options.jobs, hint, targets, no_cache=options.no_cache, warn=warn,
                          trace_path=options.trace, on_event=progress.finished,
                          on_start=lambda task, ordinal: progress.started(task.label),
                          preload=("loomcli.build.tasks",)) as session:
         if session.dry_run:
             report.dry_run = True
-            for item in todo:
+            for item in [*todo, *commands_todo]:
                 progress.message(f"would build {item.label}")
             return report
         cache = session.cache
@@ -166,6 +191,8 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
         libraries = _Libraries(project, sources)
         stop = False
         for ks in sets:
+            if stop:
+                break
             misses = []
             for item in (i for i in todo if i.kernels == ks):
                 data = cache.get(item.key) if cache is not None else None
@@ -195,11 +222,18 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False)
             if stop:
                 break
+        # Command programs are built here while the pool compiles the kernel
+        # sets; their kernel requests join the same pool through the service.
+        for command in commands_todo:
+            if stop:
+                break
+            stop = _build_command(project, command, session, report, progress, diagnostics, new_state, options)
+            stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False) or stop
         while pending and not stop:
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=True)
         if stop:
-            raise _Stop(report, new_state, items)
-    _finish(report, out_dir, new_state, items)
+            raise _Stop(report, new_state, every)
+    _finish(report, out_dir, new_state, every)
     return report
 
 
@@ -219,10 +253,126 @@ def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: 
     return header, b"".join(srcs) + b"".join(data for _, _, data in libs)
 
 
+def _build_command(project: Project, item: CommandItem, session: Any, report: BuildReport, progress: Progress,
+                   diagnostics: Callable[[list[Diagnostic]], None], state: dict[str, Any],
+                   options: BuildOptions) -> bool:
+    """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9): its
+    outputs from the cache, else the product built here with its kernel
+    requests compiled through the session's service. True: stop the build."""
+    from loomcli.diagnostics import CompileError
+    from loomcli.frontier import FrontierOptions, build_command_product
+    from loomcli.frontier.compiling import RequestCompiler
+    from loomcli.frontier.outputs import product_files
+    from loomcli.targets.profiles import parse_target
+
+    cache = session.cache
+    data = cache.get(item.key) if cache is not None else None
+    files = _decode_files(data) if data is not None else None
+    if files is not None:
+        state[_state_name(item)] = _publish(item, files)
+        _done(report, progress, item, "cached")
+        return False
+    command = item.command
+    srcs = [project.path(rel) for rel in command.srcs]
+    libraries = [project.path(rel) for lib in library_closure(project, command.libraries)
+                 for rel in project.library(lib).srcs]
+    options_ = FrontierOptions(input=srcs[0], libraries=[*srcs[1:], *libraries], roots=list(command.roots),
+                               profile=parse_target(item.target), project_config=project.config,
+                               name=command.name)
+    try:
+        compiler = RequestCompiler(session.service, options_.profile, project.pipeline)
+        try:
+            product = build_command_product(options_, compiler)
+        except CompileError:
+            compiler.discard()  # provisional: the children finish (and are cached), nothing binds
+            raise
+        compiled = compiler.finish(product)
+    except CompileError as e:
+        diagnostics(list(e.diagnostics))
+        _failed(report, progress, item, 1)
+        return not options.keep_going
+    except LoomError as e:
+        progress.message(f"loom: error: {item.label}: {e}")
+        _failed(report, progress, item, e.exit_code)
+        return not options.keep_going
+    warnings = list(product.warnings) + list(compiled.warnings)
+    if warnings:
+        diagnostics(warnings)
+    files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
+    state[_state_name(item)] = _publish(item, files)
+    if cache is not None:
+        cache.put(item.key, _encode_files(files))
+    _done(report, progress, item, "compiled")
+    return False
+
+
+_FILES_MAGIC = b"LOOMFILES1\n"
+
+
+def _encode_files(files: dict[str, bytes]) -> bytes:
+    """A folder's files as one cache entry: names and lengths in JSON, then the bytes."""
+    names = sorted(files)
+    head = json.dumps([[n, len(files[n])] for n in names]).encode()
+    return _FILES_MAGIC + len(head).to_bytes(4, "little") + head + b"".join(files[n] for n in names)
+
+
+def _decode_files(data: bytes) -> dict[str, bytes] | None:
+    try:
+        if not data.startswith(_FILES_MAGIC):
+            return None
+        pos = len(_FILES_MAGIC)
+        n = int.from_bytes(data[pos:pos + 4], "little")
+        entries = json.loads(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+        files = {}
+        for name, length in entries:
+            if not isinstance(name, str) or "/" in name or name.startswith(".") or not isinstance(length, int):
+                return None
+            files[name] = data[pos:pos + length]
+            pos += length
+        return files if pos == len(data) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _publish(item: CommandItem, files: dict[str, bytes]) -> dict[str, Any]:
+    """Write a command's outputs (each atomically) and what the state file records of them."""
+    os.makedirs(item.folder, exist_ok=True)
+    recorded = {}
+    for name in sorted(files):
+        path = os.path.join(item.folder, name)
+        atomic_write(path, files[name])
+        st = os.stat(path)
+        recorded[name] = [hashlib.sha256(files[name]).hexdigest(), st.st_size, st.st_mtime_ns]
+    return {"key": item.key, "files": recorded}
+
+
+def _command_key(project: Project, command: CommandSet, target: str, sources: _SourceReader) -> str:
+    """A [[command]]'s content key: its sources, its libraries', the config, roots, name and target."""
+    from loomcli import __version__
+    from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
+
+    h = hashlib.sha256()
+
+    def part(*values: str | bytes) -> None:
+        for v in values:
+            b = v.encode() if isinstance(v, str) else v
+            h.update(len(b).to_bytes(8, "little") + b)
+
+    part("loom-build-command-1", __version__, compiler_fingerprint(), llvm_version(), project.pipeline,
+         json.dumps(project.config, sort_keys=True, default=str), "\0".join(command.roots), command.name, target)
+    for rel in command.srcs:
+        part("src", rel, sources.read(rel))
+    for lib in library_closure(project, command.libraries):
+        for rel in project.library(lib).srcs:
+            part("lib", lib, rel, sources.read(rel))
+    return h.hexdigest()
+
+
 class _Stop(Exception):
     """The first failure without --keep-going: leave the session (cancelling the rest)."""
 
-    def __init__(self, report: BuildReport, state: dict[str, Any], items: list[Item]) -> None:
+    def __init__(self, report: BuildReport, state: dict[str, Any], items: list[Item | CommandItem]) -> None:
         super().__init__("build stopped")
         self.report = report
         self.state = state
@@ -297,13 +447,14 @@ def _report(outcome: CompileOutcome, what: str, progress: Progress,
         progress.message(f"loom: error: {what}: {outcome.message}")
 
 
-def _done(report: BuildReport, progress: Progress, item: Item, state: str) -> None:
+def _done(report: BuildReport, progress: Progress, item: Item | CommandItem, state: str) -> None:
     counts = report.counts[item.target]
     counts[state] = counts.get(state, 0) + 1
-    progress.item(item.target, item.kernels.name, state)
+    progress.item(item.target, item.kernels.name if isinstance(item, Item) else f"command {item.command.name}",
+                  state)
 
 
-def _failed(report: BuildReport, progress: Progress, item: Item, code: int) -> None:
+def _failed(report: BuildReport, progress: Progress, item: Item | CommandItem, code: int) -> None:
     _done(report, progress, item, "failed")
     report.failures.append(item.label)
     # Infrastructure (3) outranks an input failure (1); an interruption keeps its own code.
@@ -444,7 +595,9 @@ def _unique_keys(items: list[Any]) -> None:
 # ---------------------------------------------------------------- outputs and state
 
 
-def _state_name(item: Item) -> str:
+def _state_name(item: Item | CommandItem) -> str:
+    if isinstance(item, CommandItem):
+        return f"{item.target.replace(':', '-')}/{item.command.name}/"
     return f"{item.target.replace(':', '-')}/{item.kernels.name}"
 
 
@@ -472,14 +625,16 @@ def _load_state(out_dir: str) -> dict[str, Any]:
     return {}
 
 
-def _up_to_date(item: Item, state: dict[str, Any]) -> bool:
+def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> bool:
     """The state records this key and every output is still what was written:
     the same size and mtime (as make and ninja trust), else the same sha256."""
     entry = state.get(_state_name(item))
     if not isinstance(entry, dict) or entry.get("key") != item.key:
         return False
     files = entry.get("files")
-    if not isinstance(files, dict) or set(files) != set(item.files().values()):
+    if not isinstance(files, dict) or not files:
+        return False
+    if isinstance(item, Item) and set(files) != set(item.files().values()):
         return False
     for name, recorded in files.items():
         path = os.path.join(item.folder, name)
@@ -496,13 +651,13 @@ def _up_to_date(item: Item, state: dict[str, Any]) -> bool:
     return True
 
 
-def _finish(report: BuildReport, out_dir: str, state: dict[str, Any], items: list[Item]) -> None:
+def _finish(report: BuildReport, out_dir: str, state: dict[str, Any], items: list[Item | CommandItem]) -> None:
     if state or os.path.isdir(out_dir):
         os.makedirs(out_dir, exist_ok=True)
         doc = {"schema": STATE_SCHEMA, "items": dict(sorted(state.items()))}
         atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, indent=1) + "\n").encode())
-    report.outputs = sorted(f"{_state_name(i).split('/')[0]}/{f}" for i in items if _state_name(i) in state
-                            for f in state[_state_name(i)]["files"])
+    report.outputs = sorted(f"{os.path.relpath(i.folder, out_dir).replace(os.sep, '/')}/{f}" for i in items
+                            if _state_name(i) in state for f in state[_state_name(i)]["files"])
 
 
 def _clean_strays(out_dir: str) -> None:

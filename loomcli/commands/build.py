@@ -51,8 +51,6 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
     except BaseException as e:
         progress.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
         raise
-    for pending in report.pending:
-        warn(f"{pending}: command programs are not built yet (needs the product frontier)")
     if report.dry_run:
         progress.close("dry run (make -n)")
         return 0
