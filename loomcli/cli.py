@@ -78,9 +78,21 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit(0)
 
 
+def _print_cmake_dir(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    # LoomConfig.cmake ships inside the package (loomcli/cmake), so this works from any install.
+    if not value or ctx.resilient_parsing:
+        return
+    import os
+
+    click.echo(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cmake"))
+    ctx.exit(0)
+
+
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Print the version and exit (add --json for machines).")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
+              help="Print the folder of LoomConfig.cmake (cmake -DLoom_DIR=\"$(loom --cmake-dir)\").")
 @click.option("--json", "_json", is_flag=True, hidden=True)
 def cli(_json: bool) -> None:
     """Loom: ahead-of-time compiler and packager for Loom GPU kernel programs."""

@@ -26,20 +26,24 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.build.project import KernelSet, Project, library_closure
-from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import FORMATS as EMIT_FORMATS
 from loomcli.emit import NATIVE_FORMAT
 from loomcli.errors import LoomError, atomic_write
-from loomcli.jobs.compile import CompileOutcome, CompileRequest
-from loomcli.jobs.pool import TaskEvent
+
+if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
+    from concurrent.futures import Future
+
+    from loomcli.diagnostics import Diagnostic
+    from loomcli.jobs.compile import CompileOutcome
+    from loomcli.jobs.pool import TaskEvent
+    from loomcli.jobs.tasks import TaskResult
 
 STATE_FILE = ".loom-build.json"
-STATE_SCHEMA = 1
+STATE_SCHEMA = 2
 SOURCE_KEY_SCHEMA = "loom-build-item-1"
 FORMATS = dict(NATIVE_FORMAT)                                           # family -> the format a build writes
 EXTENSIONS = {family: EMIT_FORMATS[fmt][1] for family, fmt in FORMATS.items()}
@@ -111,7 +115,6 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     """Build every kernel set of `project` for every target. Failures are
     reported through `diagnostics` and counted; the report's exit code says
     how the build ended (0, 1 input failed, 3 infrastructure)."""
-    from loomcli.jobs.session import compile_session
     from loomcli.targets.profiles import parse_target
 
     targets = [parse_target(t).name for t in (options.targets or project.targets)]
@@ -145,24 +148,28 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
             write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
         _finish(report, out_dir, new_state, items)
         return report
+    from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
+    from loomcli.jobs.session import compile_session
+    from loomcli.jobs.tasks import Task
+
     _clean_strays(out_dir)
     sets = list(dict.fromkeys(i.kernels for i in todo))
-    with compile_session(options.jobs, len(todo), targets, no_cache=options.no_cache, warn=warn,
+    with compile_session(options.jobs, len(sets), targets, no_cache=options.no_cache, warn=warn,
                          trace_path=options.trace, on_event=progress.finished,
-                         on_start=lambda task, ordinal: progress.started(task.label)) as session:
+                         on_start=lambda task, ordinal: progress.started(task.label),
+                         preload=("loomcli.build.tasks",)) as session:
         if session.dry_run:
             report.dry_run = True
             for item in todo:
                 progress.message(f"would build {item.label}")
             return report
         cache = session.cache
-        pending: dict[Future[CompileOutcome], Item] = {}
+        pending: dict[Future[TaskResult], list[Item]] = {}
         libraries = _Libraries(project, sources)
         stop = False
         for ks in sets:
-            mine = [i for i in todo if i.kernels == ks]
             misses = []
-            for item in mine:
+            for item in (i for i in todo if i.kernels == ks):
                 data = cache.get(item.key) if cache is not None else None
                 outcome = _decode(data) if data is not None else None
                 if outcome is not None and outcome.ok:
@@ -172,35 +179,46 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
                     misses.append(item)
             if not misses:
                 continue
+            if not pending:
+                session.warm()  # workers start while the coordinator prepares the rest
             try:
-                module_bytes, roots = _front_end(project, ks, libraries, sources)
-            except CompileError as e:
-                diagnostics(e.diagnostics)
+                header, payload = _task_input(project, ks, misses, libraries, sources)
+            except _LibraryFailed as e:
+                if e.first:
+                    _report(e.outcome, f"[[library]] {e.name!r}", progress, diagnostics)
                 for item in misses:
-                    _failed(report, progress, item, 1)
+                    _failed(report, progress, item, 1 if e.outcome.status == "failed" else e.outcome.exit_code or 3)
                 if not options.keep_going:
                     stop = True
                     break
                 continue
-            for item in misses:
-                names = item.files()
-                request = CompileRequest(module=module_bytes, target=item.target, format=FORMATS[item.family],
-                                         roots=roots, linked=True, pipeline=project.pipeline, launch_config=True,
-                                         manifest=True, artifact_name=names["artifact"],
-                                         launch_config_name=names["launch_config"],
-                                         path=sources.shown(ks.srcs[0]))
-                pending[session.service.submit(request, item.label)] = item
+            label = f"{ks.name} {','.join(i.target for i in misses)}"
+            pending[session.sink.submit(Task(KERNEL_SET_TASK, header, payload, label))] = misses
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False)
             if stop:
                 break
         while pending and not stop:
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=True)
         if stop:
-            for future in pending:
-                future.cancel()
             raise _Stop(report, new_state, items)
     _finish(report, out_dir, new_state, items)
     return report
+
+
+def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: _Libraries,
+                sources: _SourceReader) -> tuple[dict[str, Any], bytes]:
+    """The kernel-set task's header and payload (loomcli.build.tasks)."""
+    srcs = [sources.read(rel) for rel in ks.srcs]
+    libs = [libraries.bytecode(name) for name in library_closure(project, ks.libraries)]
+    header = {
+        "set": ks.name, "srcs": [sources.shown(rel) for rel in ks.srcs], "roots": list(ks.roots),
+        "pipeline": project.pipeline, "config": project.config, "project_file": project.file,
+        "libraries": [[name, digest] for name, digest, _ in libs],
+        "lengths": [len(b) for b in srcs] + [len(data) for _, _, data in libs],
+        "targets": [[i.target, FORMATS[i.family], i.files()["artifact"], i.files()["launch_config"]]
+                    for i in misses],
+    }
+    return header, b"".join(srcs) + b"".join(data for _, _, data in libs)
 
 
 class _Stop(Exception):
@@ -223,33 +241,62 @@ def run_build(project: Project, options: BuildOptions, progress: Progress,
         return stop.report
 
 
-def _collect(pending: dict[Future[CompileOutcome], Item], report: BuildReport, progress: Progress,
+def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport, progress: Progress,
              diagnostics: Callable[[list[Diagnostic]], None], cache: Any, state: dict[str, Any],
              options: BuildOptions, block: bool) -> bool:
     """Write what has completed; True when the build must stop."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    from loomcli.build.tasks import decode_reply
+    from loomcli.jobs.compile import CompileOutcome
+
     if not pending:
         return False
     done, _ = wait(list(pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
     stop = False
-    for future in sorted(done, key=lambda f: pending[f].label):
-        item = pending.pop(future)
-        outcome = future.result()
-        if outcome.ok:
-            if outcome.diagnostics:
-                diagnostics(list(outcome.diagnostics))
-            state[_state_name(item)] = _write(item, outcome)
-            if cache is not None:
-                cache.put(item.key, outcome.encode())
-            _done(report, progress, item, "compiled")
+    for future in sorted(done, key=lambda f: pending[f][0].label):
+        items = pending.pop(future)
+        result = future.result()
+        if not result.ok:
+            code = 130 if result.status == "cancelled" else 3
+            progress.message(f"loom: error: {'internal: ' if code == 3 else ''}{items[0].kernels.name}: "
+                             f"{result.message}")
+            for item in items:
+                _failed(report, progress, item, code)
+            stop = stop or not options.keep_going
             continue
-        if outcome.status == "failed":
-            diagnostics(list(outcome.diagnostics))
-            _failed(report, progress, item, 1)
-        else:
-            progress.message(f"loom: error: {item.label}: {outcome.message}")
-            _failed(report, progress, item, outcome.exit_code or 3)
-        stop = stop or not options.keep_going
+        try:
+            front_ok, outcomes = decode_reply(result.value)
+        except ValueError as e:
+            front_ok, outcomes = False, [CompileOutcome("error", message=f"internal: {e}", exit_code=3)]
+        if not front_ok:
+            outcomes = outcomes[:1] * len(items)
+            _report(outcomes[0], items[0].kernels.name, progress, diagnostics)
+            for item in items:
+                _failed(report, progress, item, 1 if outcomes[0].status == "failed" else outcomes[0].exit_code or 3)
+            stop = stop or not options.keep_going
+            continue
+        for item, outcome in zip(items, outcomes):
+            if outcome.ok:
+                if outcome.diagnostics:
+                    diagnostics(list(outcome.diagnostics))
+                state[_state_name(item)] = _write(item, outcome)
+                if cache is not None:
+                    cache.put(item.key, outcome.encode())
+                _done(report, progress, item, "compiled")
+                continue
+            _report(outcome, item.label, progress, diagnostics)
+            _failed(report, progress, item, 1 if outcome.status == "failed" else outcome.exit_code or 3)
+            stop = stop or not options.keep_going
     return stop
+
+
+def _report(outcome: CompileOutcome, what: str, progress: Progress,
+            diagnostics: Callable[[list[Diagnostic]], None]) -> None:
+    if outcome.status == "failed":
+        diagnostics(list(outcome.diagnostics))
+    else:
+        progress.message(f"loom: error: {what}: {outcome.message}")
 
 
 def _done(report: BuildReport, progress: Progress, item: Item, state: str) -> None:
@@ -266,6 +313,8 @@ def _failed(report: BuildReport, progress: Progress, item: Item, code: int) -> N
 
 
 def _decode(data: bytes) -> CompileOutcome | None:
+    from loomcli.jobs.compile import CompileOutcome
+
     try:
         return CompileOutcome.decode(data)
     except (ValueError, KeyError, TypeError):
@@ -281,6 +330,33 @@ class _SourceReader:
     def __init__(self, project: Project) -> None:
         self.project = project
         self.data: dict[str, bytes] = {}
+        self.digests: dict[str, str] = {}
+
+    def set_digest(self, ks: KernelSet) -> str:
+        """Everything a set's outputs depend on but the target: its sources and
+        those of every library it uses, the project config, pipeline, roots,
+        name, loom's version and code, and LLVM's version."""
+        if ks.name not in self.digests:
+            from loomcli import __version__
+            from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
+
+            h = hashlib.sha256()
+
+            def part(*values: str | bytes) -> None:
+                for v in values:
+                    b = v.encode() if isinstance(v, str) else v
+                    h.update(len(b).to_bytes(8, "little") + b)
+
+            project = self.project
+            part(SOURCE_KEY_SCHEMA, __version__, compiler_fingerprint(), llvm_version(), project.pipeline,
+                 json.dumps(project.config, sort_keys=True, default=str), "\0".join(ks.roots), ks.name)
+            for rel in ks.srcs:
+                part("src", rel, self.read(rel))
+            for lib in library_closure(project, ks.libraries):
+                for rel in project.library(lib).srcs:
+                    part("lib", lib, rel, self.read(rel))
+            self.digests[ks.name] = h.hexdigest()
+        return self.digests[ks.name]
 
     def read(self, rel: str) -> bytes:
         if rel not in self.data:
@@ -295,24 +371,8 @@ class _SourceReader:
 
 
 def _source_key(project: Project, ks: KernelSet, target: str, sources: _SourceReader) -> str:
-    from loomcli import __version__
-    from loomcli.jobs.compile import compiler_fingerprint, llvm_version
-
-    h = hashlib.sha256()
-
-    def part(*values: str | bytes) -> None:
-        for v in values:
-            b = v.encode() if isinstance(v, str) else v
-            h.update(len(b).to_bytes(8, "little") + b)
-
-    part(SOURCE_KEY_SCHEMA, __version__, compiler_fingerprint(), llvm_version(), target, project.pipeline,
-         json.dumps(project.config, sort_keys=True, default=str), "\0".join(ks.roots), ks.name)
-    for rel in ks.srcs:
-        part("src", rel, sources.read(rel))
-    for lib in library_closure(project, ks.libraries):
-        for rel in project.library(lib).srcs:
-            part("lib", lib, rel, sources.read(rel))
-    return h.hexdigest()
+    """The item's content key: the set's digest (computed once) and the target."""
+    return hashlib.sha256(f"{sources.set_digest(ks)}\0{target}".encode()).hexdigest()
 
 
 class _Libraries:
@@ -322,6 +382,8 @@ class _Libraries:
         self.project = project
         self.sources = sources
         self.inputs: dict[str, Any] = {}
+        self.encoded: dict[str, tuple[str, str, bytes]] = {}
+        self.failed: dict[str, CompileOutcome] = {}
 
     def get(self, name: str) -> Any:
         if name not in self.inputs:
@@ -339,6 +401,35 @@ class _Libraries:
             self.inputs[name] = input_from_module(merged.module, name, library=True)
         return self.inputs[name]
 
+    def bytecode(self, name: str) -> tuple[str, str, bytes]:
+        """(name, content digest, bytecode) of a library merged with the
+        libraries it uses. A library that fails raises `_LibraryFailed`
+        (its diagnostics are reported once, however many sets use it)."""
+        if name in self.failed:
+            raise _LibraryFailed(name, self.failed[name], first=False)
+        if name not in self.encoded:
+            from loomcli.bytecode import write_module
+            from loomcli.jobs.compile import CompileOutcome, outcome_or_failure
+
+            def merged() -> CompileOutcome:
+                data = write_module(self.get(name).module(), keep_debug=True)
+                self.encoded[name] = (name, hashlib.sha256(data).hexdigest(), data)
+                return CompileOutcome("ok")
+
+            outcome = outcome_or_failure(merged)
+            if not outcome.ok:
+                self.failed[name] = outcome
+                raise _LibraryFailed(name, outcome, first=True)
+        return self.encoded[name]
+
+
+class _LibraryFailed(Exception):
+    def __init__(self, name: str, outcome: CompileOutcome, first: bool) -> None:
+        super().__init__(name)
+        self.name = name
+        self.outcome = outcome
+        self.first = first
+
 
 def _stem(rel: str) -> str:
     return os.path.splitext(os.path.basename(rel))[0]
@@ -350,41 +441,6 @@ def _unique_keys(items: list[Any]) -> None:
         if item.key in seen:
             raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; rename one", 1)
         seen[item.key] = item.path
-
-
-def _front_end(project: Project, ks: KernelSet, libraries: _Libraries,
-               sources: _SourceReader) -> tuple[bytes, tuple[str, ...]]:
-    """Parse, verify, link and bind one kernel set; its linked module's bytes and roots."""
-    from loomcli.bytecode import write_module
-    from loomcli.diagnostics import has_errors
-    from loomcli.frontend import load_bytes
-    from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.index import LinkIndex, input_from_module
-    from loomcli.link.linker import link
-    from loomcli.passes.bind import bind_module
-    from loomcli.pipeline import LinkOptions, collect_bindings, default_roots
-
-    with gc_paused():
-        inputs = []
-        errors: list[Diagnostic] = []
-        for rel in ks.srcs:
-            try:
-                inputs.append(input_from_module(load_bytes(sources.read(rel), sources.shown(rel)), _stem(rel)))
-            except CompileError as e:
-                errors += e.diagnostics
-        if errors:
-            raise CompileError(errors)
-        _unique_keys(inputs)
-        libs = sorted((libraries.get(n) for n in library_closure(project, ks.libraries)), key=lambda i: i.key)
-        index = LinkIndex(tuple(inputs) + tuple(libs))
-        roots = list(ks.roots) or default_roots(index)
-        result = link(index, roots, "link" if roots else "merge", path=sources.shown(ks.srcs[0]))
-        options = LinkOptions(inputs=[], project_config=project.config, project_path=project.file)
-        bindings = collect_bindings(options, index)
-        warnings = bind_module(result.module, bindings, False, origins=result.origins)
-        if has_errors(warnings):
-            raise CompileError(warnings)
-        return write_module(result.module, keep_debug=True), tuple(roots)
 
 
 # ---------------------------------------------------------------- outputs and state
@@ -400,8 +456,10 @@ def _write(item: Item, outcome: CompileOutcome) -> dict[str, Any]:
     blobs = {"artifact": outcome.artifact, "launch_config": outcome.launch_config, "manifest": outcome.manifest}
     files = {}
     for role, name in names.items():
-        atomic_write(os.path.join(item.folder, name), blobs[role])
-        files[name] = hashlib.sha256(blobs[role]).hexdigest()
+        path = os.path.join(item.folder, name)
+        atomic_write(path, blobs[role])
+        st = os.stat(path)
+        files[name] = [hashlib.sha256(blobs[role]).hexdigest(), st.st_size, st.st_mtime_ns]
     return {"key": item.key, "files": files}
 
 
@@ -417,18 +475,25 @@ def _load_state(out_dir: str) -> dict[str, Any]:
 
 
 def _up_to_date(item: Item, state: dict[str, Any]) -> bool:
+    """The state records this key and every output is still what was written:
+    the same size and mtime (as make and ninja trust), else the same sha256."""
     entry = state.get(_state_name(item))
     if not isinstance(entry, dict) or entry.get("key") != item.key:
         return False
     files = entry.get("files")
     if not isinstance(files, dict) or set(files) != set(item.files().values()):
         return False
-    for name, digest in files.items():
+    for name, recorded in files.items():
+        path = os.path.join(item.folder, name)
         try:
-            with open(os.path.join(item.folder, name), "rb") as f:
+            digest, size, mtime = recorded
+            st = os.stat(path)
+            if st.st_size == size and st.st_mtime_ns == mtime:
+                continue
+            with open(path, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != digest:
                     return False
-        except OSError:
+        except (OSError, ValueError, TypeError):
             return False
     return True
 

@@ -12,9 +12,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from loomcli.jobs.pool import TaskEvent
+if TYPE_CHECKING:
+    from loomcli.jobs.pool import TaskEvent
 
 STATES = ("compiled", "cached", "up-to-date", "failed")
 

@@ -207,9 +207,7 @@ def load_project(folder: str, file: str | None = None) -> Project:
     """Read and validate `folder/loom.toml` (or `file`)."""
     path = file if file is not None else os.path.join(folder, "loom.toml")
     root = os.path.abspath(os.path.dirname(path) if file is not None else folder)
-    from loomcli.frontend import display_path
-
-    shown = display_path(path)
+    shown = _shown(path)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -290,6 +288,12 @@ def load_project(folder: str, file: str | None = None) -> Project:
         kernels=tuple(KernelSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["kernels"]),
         commands=tuple(CommandSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["command"]),
         package_format=fmt)
+
+
+def _shown(path: str) -> str:
+    """A path as messages show it: relative to the working folder when under it."""
+    rel = os.path.relpath(path)
+    return (os.path.abspath(path) if rel.startswith("..") else rel).replace(os.sep, "/")
 
 
 def _check_target(r: _Reader, text: str) -> None:

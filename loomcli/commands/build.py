@@ -29,7 +29,6 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
     """Build every library, kernel set and command program of a project, for every target."""
     from loomcli import __version__
     from loomcli.build.engine import BuildOptions, run_build
-    from loomcli.build.package import write_package
     from loomcli.build.progress import choose, make_progress
     from loomcli.build.project import load_project
 
@@ -49,8 +48,8 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
                            trace=trace_path)
     try:
         report = run_build(project, options, progress, printer.emit, warn)
-    except BaseException:
-        progress.close("interrupted")
+    except BaseException as e:
+        progress.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
         raise
     for pending in report.pending:
         warn(f"{pending}: command programs are not built yet (needs the product frontier)")
@@ -62,6 +61,8 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
     if report.failures:
         return report.exit_code or 1
     if package:
+        from loomcli.build.package import write_package
+
         path = write_package(os.path.join(project.root, "dist"), project.name, project.version, __version__,
                              report.targets, report.out_dir, report.outputs)
         if not quiet:

@@ -22,6 +22,7 @@ ALL_FORMATS = ("loom-bytecode", "loom-text", "amdgpu-hsaco", "spirv-binary", "nv
 EXTENSIONS = {"loom-bytecode": ".loombc", "loom-text": ".loom", "amdgpu-hsaco": ".hsaco",
               "spirv-binary": ".spv", "nvptx-ptx": ".ptx", "nvptx-cubin": ".cubin", "llvmir-text": ".ll", "asm": ".s"}
 BINARY = {"loom-bytecode", "amdgpu-hsaco", "spirv-binary", "nvptx-cubin"}
+POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -140,7 +141,10 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         click.echo(f"loom: warning: {message}", err=True)
 
     targets_named = [p.name for p in profiles]
-    with compile_session(jobs, len(plans), targets_named, no_cache=no_cache, warn=warn,
+    # Workers pay for their start (an interpreter, imports, LLVM): worth it
+    # for several targets of a large module, not for a small one.
+    parallel = len(plans) if len(plans) > 1 and len(module_bytes) >= POOL_MODULE_BYTES else 1
+    with compile_session(jobs, parallel, targets_named, no_cache=no_cache, warn=warn,
                          trace_path=trace_path) as session:
         if session.dry_run:
             return 0  # make -n: say nothing, write nothing

@@ -150,12 +150,7 @@ class CompileOutcome:
 def compile_request(request: CompileRequest) -> CompileOutcome:
     """Link the request's roots, bind its config, specialize for its target,
     run its pipeline and produce the artifacts, in this process."""
-    try:
-        return _compile(request)
-    except CompileError as e:
-        return CompileOutcome("failed", diagnostics=tuple(e.diagnostics))
-    except LoomError as e:
-        return CompileOutcome("error", message=str(e), exit_code=e.exit_code)
+    return outcome_or_failure(lambda: _compile(request))
 
 
 def _compile(request: CompileRequest) -> CompileOutcome:
@@ -167,7 +162,7 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.link.linker import link
     from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
-    from loomcli.pipeline import FrontEnd, default_roots, specialize
+    from loomcli.pipeline import FrontEnd, default_roots
     from loomcli.targets.profiles import parse_target
 
     if request.format not in TARGET_FORMATS + MODULE_FORMATS:
@@ -198,9 +193,20 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         if any(d.severity == "error" for d in warnings):
             raise CompileError(warnings)
         front = FrontEnd(module, bindings, pipeline, warnings, [])
-        # Artifacts and launch configs need every reachable config.get bound (17.22).
-        compiled = specialize(front, profile,
-                              for_execution=request.format in TARGET_FORMATS or request.launch_config)
+    return outcome_for(front, profile, request.format, request.launch_config, request.manifest,
+                       request.artifact_name, request.launch_config_name)
+
+
+def outcome_for(front: Any, profile: Any, fmt: str, launch_config: bool = False, manifest: bool = False,
+                artifact_name: str = "", launch_config_name: str = "") -> CompileOutcome:
+    """The back half shared by every producer: specialize a front end's
+    module for `profile`, run its pipeline, emit `fmt` and the side artifacts.
+    Raises CompileError / LoomError (`compile_request` and callers turn them
+    into outcomes)."""
+    from loomcli.pipeline import specialize
+
+    # Artifacts and launch configs need every reachable config.get bound (17.22).
+    compiled = specialize(front, profile, for_execution=fmt in TARGET_FORMATS or launch_config)
     selections = tuple(d.describe() for d in compiled.decisions)
     artifact_bytes, launch_bytes, manifest_bytes = b"", b"", b""
     artifact = None
@@ -210,30 +216,40 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         from loomcli.emit.artifacts import Emission
 
         emission = Emission(compiled.module, profile)  # TARGET checks once, for every output
-    if request.format == "loom-bytecode":
+    if fmt == "loom-bytecode":
         from loomcli.bytecode import write_module
 
         artifact_bytes = write_module(compiled.module, keep_debug=False)
-    elif request.format == "loom-text":
+    elif fmt == "loom-text":
         from loomcli.text.printer import print_module
 
         artifact_bytes = print_module(compiled.module).encode()
     else:
         assert emission is not None
-        artifact = emission.artifact(request.format)
+        artifact = emission.artifact(fmt)
         artifact_bytes = artifact.data
         extra["exports"] = [k.get("export") for k in artifact.kernels if k.get("export") is not None]
-    if request.launch_config:
+    if launch_config:
         assert emission is not None
         launch_bytes = emission.launch_config()
-    if request.manifest:
-        from loomcli.emit.artifacts import manifest
+    if manifest:
+        from loomcli.emit.artifacts import manifest as build_manifest
 
         if artifact is None:
             raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)", 2)
-        manifest_bytes = manifest(artifact, request.artifact_name, request.launch_config_name or None)
+        manifest_bytes = build_manifest(artifact, artifact_name, launch_config_name or None)
     return CompileOutcome("ok", artifact_bytes, launch_bytes, manifest_bytes, tuple(compiled.warnings), selections,
                           extra=extra)
+
+
+def outcome_or_failure(make: Any) -> CompileOutcome:
+    """`make()` as an outcome: input errors become `failed`, driver errors `error`."""
+    try:
+        return make()
+    except CompileError as e:
+        return CompileOutcome("failed", diagnostics=tuple(e.diagnostics))
+    except LoomError as e:
+        return CompileOutcome("error", message=str(e), exit_code=e.exit_code)
 
 
 def compile_task(header: dict[str, Any], payload: bytes, context: WorkerContext) -> bytes:
@@ -242,10 +258,19 @@ def compile_task(header: dict[str, Any], payload: bytes, context: WorkerContext)
 
 
 def warm() -> None:
-    """Worker start-up: build the prepared state (pipeline, passes, emitters) before the first task."""
+    """Worker start-up: import and prepare what every task uses (parser,
+    verifier, linker, pass programs, emitters, launch configs) before the
+    first task arrives."""
+    import loomcli.emit.amdgpu
     import loomcli.emit.artifacts
+    import loomcli.emit.llvm.lower
+    import loomcli.emit.spirv
+    import loomcli.ir.verifier
+    import loomcli.launch
+    import loomcli.link.linker
     import loomcli.passes.pipeline
     import loomcli.pipeline
+    import loomcli.text.parser
 
     loomcli.passes.pipeline.parse_pipeline("default")
 
@@ -253,35 +278,6 @@ def warm() -> None:
 # ---------------------------------------------------------------- cache key
 
 KEY_SCHEMA = "loom-compile-key-1"
-
-
-@cache
-def compiler_fingerprint() -> str:
-    """A hash of loom's own compiler code (every .py under loomcli/), so a
-    changed compiler never reuses an old entry."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
-                with open(path, "rb") as f:
-                    h.update(f.read())
-                h.update(b"\0")
-    return h.hexdigest()
-
-
-@cache
-def llvm_version() -> str:
-    """The llvmlite (and so LLVM) version, without importing llvmlite."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("llvmlite")
-    except metadata.PackageNotFoundError:
-        return "none"
 
 
 def ptxas_version() -> str:
@@ -306,6 +302,7 @@ def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
     from loomcli.emit import LLVM_FAMILIES
+    from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
     from loomcli.targets.profiles import parse_target
 
     header = request.header()

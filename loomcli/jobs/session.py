@@ -65,11 +65,16 @@ class Session:
     def events(self) -> list[TaskEvent]:
         return self.sink.events
 
+    def warm(self) -> None:
+        """Start the pool's workers now (nothing for an inline session)."""
+        if isinstance(self.sink, WorkerPool):
+            self.sink.warm()
 
-def preload_for(targets: list[str]) -> tuple[str, ...]:
+
+def preload_for(targets: list[str], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Modules a worker prepares before its first task: the compile entry
-    point, and LLVM when an AMDGPU or NVPTX target is built."""
-    mods = ["loomcli.jobs.compile"]
+    point (and `extra`), and LLVM when an AMDGPU or NVPTX target is built."""
+    mods = ["loomcli.jobs.compile", *extra]
     if any(t.startswith(("amdgpu", "nvptx")) for t in targets):
         mods.append("loomcli.emit.llvm.codegen")
     return tuple(mods)
@@ -79,7 +84,8 @@ def preload_for(targets: list[str]) -> tuple[str, ...]:
 def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_cache: bool = False,
                     warn: Callable[[str], None] | None = None, trace_path: str | None = None,
                     on_event: Callable[[TaskEvent], None] | None = None,
-                    on_start: Callable[[Task, int], None] | None = None) -> Iterator[Session]:
+                    on_start: Callable[[Task, int], None] | None = None,
+                    preload: tuple[str, ...] = ()) -> Iterator[Session]:
     """A session with a sink sized for `tasks_hint` tasks (see the module docstring)."""
     warned: list[str] = []
 
@@ -103,7 +109,7 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
     if width <= 1:
         sink = TimedInline(gate, on_event)
     else:
-        sink = WorkerPool(width, preload_for(targets), gate, on_event=on_event, on_start=on_start)
+        sink = WorkerPool(width, preload_for(targets, preload), gate, on_event=on_event, on_start=on_start)
     session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
     interrupted = False
     with _sigterm_as_interrupt():

@@ -1,0 +1,279 @@
+"""Bazel rules for Loom GPU kernel programs: loom_library, loom_kernels, loom_command, loom_package.
+
+Every rule runs `loom` through one helper (`_run_loom`) with declared inputs
+only, `LOOM_CACHE=0 LOOM_JOBS=1` (no private cache, one worker: the bytes
+depend on the inputs alone), and every output declared, so the actions are
+hermetic, cacheable and can run remotely. The tool comes from the
+`@loom_rules//:toolchain` flag: by default the host's loom that
+loom_register_toolchains() found (see repositories.bzl and docs/bazel.md).
+"""
+
+LoomToolchainInfo = provider(
+    doc = "The loom executable the rules run.",
+    fields = {
+        "loom": "FilesToRunProvider of the loom executable (built for the exec configuration)",
+        "executable": "File: the loom executable",
+    },
+)
+
+LoomLibraryInfo = provider(
+    doc = "A merged library module, passed to dependents as `--library`.",
+    fields = {
+        "bytecode": "File: the merged `<name>.loombc`",
+        "key": "string: the library's key (its file stem, the target's name), as `module.import` names it",
+    },
+)
+
+LoomArtifactsInfo = provider(
+    doc = "What loom_kernels built, per target.",
+    fields = {
+        "targets": "list of target strings (`family:selector`), in attribute order",
+        "artifacts": "dict: target -> struct(binary, launch_config, manifest), each a File",
+    },
+)
+
+LoomCommandInfo = provider(
+    doc = "What loom_command built: the frontier outputs, one folder per target.",
+    fields = {
+        "targets": "list of target strings; empty for a target-independent product",
+        "products": "dict: target (or \"\") -> directory File holding `<stem>.commands.json`, " +
+                    "`program-N.loomcmd`, `kernel-N.loombc` (and with a target `kernel-N.<ext>` + launch configs)",
+    },
+)
+
+LoomPackageInfo = provider(
+    doc = "A release package built by loom_package.",
+    fields = {"package": "File: `<name>-<version>.loompkg.tar.gz`"},
+)
+
+_EXTENSIONS = {"amdgpu": "hsaco", "nvptx": "ptx", "spirv": "spv"}
+
+# Run loom with no private cache and one worker; `$1` is the loom executable.
+_COMMAND = 'LOOM_CACHE=0 LOOM_JOBS=1 exec "$@"'
+
+def _loom_toolchain_impl(ctx):
+    return [LoomToolchainInfo(loom = ctx.attr.loom[DefaultInfo].files_to_run, executable = ctx.executable.loom)]
+
+loom_toolchain = rule(
+    implementation = _loom_toolchain_impl,
+    attrs = {
+        "loom": attr.label(
+            mandatory = True,
+            executable = True,
+            cfg = "exec",
+            allow_files = True,
+            doc = "The loom executable: a file (e.g. a wrapper script) or an executable target.",
+        ),
+    },
+    doc = "A loom tool for the rules; select one with --@loom_rules//:toolchain=//your:toolchain.",
+)
+
+_TOOLCHAIN_ATTR = {
+    "_toolchain": attr.label(default = Label("//:toolchain"), providers = [LoomToolchainInfo]),
+}
+
+def _run_loom(ctx, mnemonic, message, args, inputs, outputs, command = _COMMAND):
+    toolchain = ctx.attr._toolchain[LoomToolchainInfo]
+    loom = ctx.actions.args()
+    loom.add(toolchain.executable)
+    ctx.actions.run_shell(
+        command = command,
+        arguments = [loom, args],
+        inputs = inputs,
+        outputs = outputs,
+        tools = [toolchain.loom],
+        mnemonic = mnemonic,
+        progress_message = message,
+        # PATH and every --action_env reach loom (e.g. a virtualenv); the rest of the client env does not.
+        use_default_shell_env = True,
+    )
+
+def _target_tag(target):
+    """`amdgpu:gfx1100` -> (`amdgpu-gfx1100`, `hsaco`)."""
+    family, sep, selector = target.partition(":")
+    if not sep or not selector:
+        fail("target `{}`: write family:selector, e.g. amdgpu:gfx1100 or spirv:vulkan1.3".format(target))
+    if family not in _EXTENSIONS:
+        fail("target `{}`: unknown family `{}` (known: {})".format(target, family, ", ".join(sorted(_EXTENSIONS))))
+    return family + "-" + selector, _EXTENSIONS[family]
+
+def _libraries(ctx):
+    return [dep[LoomLibraryInfo].bytecode for dep in ctx.attr.deps]
+
+def _add_common(args, ctx, libraries):
+    args.add_all(libraries, before_each = "--library")
+    args.add_all(ctx.attr.roots, before_each = "--root")
+    args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.config.items())], before_each = "--config")
+
+def _module(ctx, libraries):
+    """The module a kernel set or command compiles: its only source, or its sources merged.
+
+    Returns (file, libraries still to pass): merging already resolves against the libraries.
+    """
+    if len(ctx.files.srcs) == 1:
+        return ctx.files.srcs[0], libraries
+    merged = ctx.actions.declare_file("_loom/{}/{}.loombc".format(ctx.label.name, ctx.label.name))
+    args = ctx.actions.args()
+    args.add("link")
+    args.add_all(ctx.files.srcs)
+    args.add_all(libraries, before_each = "--library")
+    args.add_all(["--mode", "merge", "-o", merged])
+    _run_loom(ctx, "LoomLink", "Linking Loom sources of {}".format(ctx.label), args, ctx.files.srcs + libraries, [merged])
+    return merged, []
+
+def _loom_library_impl(ctx):
+    out = ctx.actions.declare_file(ctx.label.name + ".loombc")
+    libraries = _libraries(ctx)
+    args = ctx.actions.args()
+    args.add("link")
+    args.add_all(ctx.files.srcs)
+    args.add_all(libraries, before_each = "--library")
+    args.add_all(["--mode", "merge", "-o", out])
+    _run_loom(ctx, "LoomLink", "Linking Loom library {}".format(ctx.label), args, ctx.files.srcs + libraries, [out])
+    return [DefaultInfo(files = depset([out])), LoomLibraryInfo(bytecode = out, key = ctx.label.name)]
+
+_SRCS = attr.label_list(allow_files = [".loom", ".loombc"], mandatory = True, doc = "Loom text or bytecode sources.")
+_DEPS = attr.label_list(providers = [LoomLibraryInfo], doc = "loom_library targets linked as `--library`.")
+
+loom_library = rule(
+    implementation = _loom_library_impl,
+    attrs = dict(_TOOLCHAIN_ATTR, srcs = _SRCS, deps = _DEPS),
+    doc = "Merges srcs (resolved against deps) into `<name>.loombc`; its key for module.import is `<name>`.",
+)
+
+def _loom_kernels_impl(ctx):
+    if not ctx.attr.targets:
+        fail("loom_kernels needs at least one target")
+    module, libraries = _module(ctx, _libraries(ctx))
+    artifacts = {}
+    for target in ctx.attr.targets:
+        tag, ext = _target_tag(target)
+        stem = "{}.{}".format(ctx.label.name, tag)
+        binary = ctx.actions.declare_file("{}.{}".format(stem, ext))
+        launch = ctx.actions.declare_file(stem + ".launch.loombc")
+        manifest = ctx.actions.declare_file(stem + ".manifest.json")
+        args = ctx.actions.args()
+        args.add_all(["compile", module, "--target", target, "-o", binary])
+        args.add_all(["--emit-launch-config", launch, "--manifest", manifest])
+        _add_common(args, ctx, libraries)
+        if ctx.attr.pipeline:
+            args.add("--pipeline", ctx.attr.pipeline)
+        _run_loom(ctx, "LoomCompile", "Compiling {} for {}".format(ctx.label, target), args, [module] + libraries,
+                  [binary, launch, manifest])
+        artifacts[target] = struct(binary = binary, launch_config = launch, manifest = manifest)
+    files = [f for a in artifacts.values() for f in (a.binary, a.launch_config, a.manifest)]
+    return [
+        DefaultInfo(files = depset(files)),
+        LoomArtifactsInfo(targets = list(ctx.attr.targets), artifacts = artifacts),
+    ]
+
+loom_kernels = rule(
+    implementation = _loom_kernels_impl,
+    attrs = dict(
+        _TOOLCHAIN_ATTR,
+        srcs = _SRCS,
+        deps = _DEPS,
+        targets = attr.string_list(mandatory = True, doc = "Targets, `family:selector`."),
+        roots = attr.string_list(doc = "Roots (`@kernel`); default: every exported kernel."),
+        config = attr.string_dict(doc = "Config bindings, key -> value text (`--config key=value`)."),
+        pipeline = attr.string(doc = "Pass pipeline text; default: loom's default pipeline."),
+    ),
+    doc = "Compiles a kernel set: `<name>.<family>-<selector>.<ext>` + `.launch.loombc` + `.manifest.json` per target.",
+)
+
+def _loom_command_impl(ctx):
+    module, libraries = _module(ctx, _libraries(ctx))
+    products = {}
+    for target in ctx.attr.targets or [""]:
+        if target:
+            tag, _ = _target_tag(target)
+            folder = ctx.actions.declare_directory("{}.{}".format(ctx.label.name, tag))
+        else:
+            folder = ctx.actions.declare_directory(ctx.label.name + ".frontier")
+        args = ctx.actions.args()
+        args.add_all(["frontier", module, "--out-dir", folder.path])
+        _add_common(args, ctx, libraries)
+        args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.specs.items())], before_each = "--spec")
+        if target:
+            args.add_all(["--target", target, "--compile", "-j", "1"])
+        _run_loom(ctx, "LoomFrontier", "Building command product {} {}".format(ctx.label, target), args,
+                  [module] + libraries, [folder])
+        products[target] = folder
+    return [
+        DefaultInfo(files = depset(products.values())),
+        LoomCommandInfo(targets = list(ctx.attr.targets), products = products),
+    ]
+
+loom_command = rule(
+    implementation = _loom_command_impl,
+    attrs = dict(
+        _TOOLCHAIN_ATTR,
+        srcs = _SRCS,
+        deps = _DEPS,
+        targets = attr.string_list(doc = "Targets; each gets a folder with the compiled kernels. " +
+                                         "None: one target-independent product (requests only)."),
+        roots = attr.string_list(doc = "Command program roots (`@program`); default: every public program."),
+        config = attr.string_dict(doc = "Config bindings, key -> value text."),
+        specs = attr.string_dict(doc = "Specialization arguments, `@program.arg` -> value (`--spec`)."),
+    ),
+    doc = "Builds a command-program product (`loom frontier`): one folder `<name>.<family>-<selector>` per target.",
+)
+
+# loom build --package needs a project folder that holds its sources (it rejects paths that resolve
+# outside it, and Bazel's inputs are symlinks), so the action copies them into a private one.
+# $1 loom, $2 the output, $3 the version, then pairs: input path, path in the project.
+_PACKAGE_COMMAND = """set -eu
+loom=$1 out=$2 version=$3
+shift 3
+project=$(mktemp -d "${TMPDIR:-/tmp}/loom-package.XXXXXX")
+trap 'rm -rf "$project"' EXIT
+while [ $# -gt 0 ]; do
+  mkdir -p "$project/$(dirname "$2")"
+  cp "$1" "$project/$2"
+  shift 2
+done
+LOOM_CACHE=0 LOOM_JOBS=1 "$loom" build "$project" --package --no-cache -j 1 --progress none -q
+set -- "$project"/dist/*-"$version".loompkg.tar.gz
+if [ ! -f "$1" ]; then
+  echo "loom_package: loom.toml's [project] version is not $version (the rule's version)" >&2
+  exit 1
+fi
+cp "$1" "$out"
+"""
+
+def _relative(path, folder):
+    if not folder:
+        return path
+    if not path.startswith(folder + "/"):
+        return None
+    return path[len(folder) + 1:]
+
+def _loom_package_impl(ctx):
+    tomls = [f for f in ctx.files.srcs if f.basename == "loom.toml"]
+    if len(tomls) != 1:
+        fail("loom_package: srcs must hold exactly one loom.toml, found {}".format(len(tomls)))
+    folder = tomls[0].short_path.rpartition("/")[0]
+    out = ctx.actions.declare_file("{}-{}.loompkg.tar.gz".format(ctx.label.name, ctx.attr.version))
+    args = ctx.actions.args()
+    args.add(out)
+    args.add(ctx.attr.version)
+    for f in ctx.files.srcs:
+        rel = _relative(f.short_path, folder)
+        if rel == None:
+            fail("loom_package: {} is not under {}, the folder of loom.toml".format(f.short_path, folder))
+        args.add(f)
+        args.add(rel)
+    _run_loom(ctx, "LoomPackage", "Packaging {}".format(ctx.label), args, ctx.files.srcs, [out],
+              command = _PACKAGE_COMMAND)
+    return [DefaultInfo(files = depset([out])), LoomPackageInfo(package = out)]
+
+loom_package = rule(
+    implementation = _loom_package_impl,
+    attrs = dict(
+        _TOOLCHAIN_ATTR,
+        srcs = attr.label_list(allow_files = True, mandatory = True,
+                               doc = "A loom.toml project: the loom.toml and every file it names, in their folders."),
+        version = attr.string(mandatory = True, doc = "The project's version, as loom.toml's [project] says."),
+    ),
+    doc = "A release package (`loom build --package`): `<name>-<version>.loompkg.tar.gz`.",
+)

@@ -1,0 +1,191 @@
+# find_package(Loom): the `loom` compiler as the imported executable Loom::loom, plus
+#
+#   loom_add_library(<name> SOURCES <file>... [LIBRARIES <lib>...] [OUTPUT_DIR <dir>])
+#   loom_add_kernels(<name> SOURCES <file>... TARGETS <family:selector>...
+#                    [LIBRARIES <lib>...] [CONFIG <key=value>...] [ROOTS <@sym>...]
+#                    [PIPELINE <text>] [OUTPUT_DIR <dir>])
+#
+# This folder ships inside loom's Python package; `loom --cmake-dir` prints it, so
+# `cmake -DLoom_DIR="$(loom --cmake-dir)"` finds it. See docs/cmake.md.
+#
+# The loom that runs: LOOM_EXECUTABLE (a cache variable) if set, else $ENV{LOOM_BIN}, else
+# `loom` on PATH. Each command is an add_custom_command with loom's own gcc-style depfile
+# (so libraries and config files it read are dependencies) and, from CMake 3.28,
+# JOB_SERVER_AWARE so that under `make -jN` loom shares make's job tokens.
+
+if(CMAKE_VERSION VERSION_LESS 3.20)
+  message(FATAL_ERROR "Loom's CMake package needs CMake 3.20 or newer (add_custom_command DEPFILE); this is ${CMAKE_VERSION}")
+endif()
+include_guard(GLOBAL)
+
+if(NOT LOOM_EXECUTABLE)
+  if(DEFINED ENV{LOOM_BIN} AND NOT "$ENV{LOOM_BIN}" STREQUAL "")
+    set(LOOM_EXECUTABLE "$ENV{LOOM_BIN}" CACHE FILEPATH "The loom executable")
+  else()
+    find_program(LOOM_EXECUTABLE NAMES loom DOC "The loom executable")
+  endif()
+endif()
+if(NOT LOOM_EXECUTABLE)
+  set(Loom_FOUND FALSE)
+  set(Loom_NOT_FOUND_MESSAGE "no `loom` on PATH; pip install loom-compiler, or set LOOM_EXECUTABLE or LOOM_BIN")
+  return()
+endif()
+
+if(NOT TARGET Loom::loom)
+  add_executable(Loom::loom IMPORTED GLOBAL)
+  set_target_properties(Loom::loom PROPERTIES IMPORTED_LOCATION "${LOOM_EXECUTABLE}")
+endif()
+
+# CMake 3.28 marks such recipes for make's jobserver (`+`); older versions simply run them serially.
+set(_LOOM_JOB_SERVER)
+if(NOT CMAKE_VERSION VERSION_LESS 3.28)
+  set(_LOOM_JOB_SERVER JOB_SERVER_AWARE TRUE)
+endif()
+
+# Absolute paths (relative ones are taken from the current source or binary folder).
+function(_loom_absolute out base)
+  set(result)
+  foreach(path IN LISTS ARGN)
+    get_filename_component(path "${path}" ABSOLUTE BASE_DIR "${base}")
+    list(APPEND result "${path}")
+  endforeach()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# LIBRARIES items: a loom_add_library target name, or a .loom/.loombc file.
+# Sets <files> (what to pass as --library) and <depends> (files and targets to depend on).
+function(_loom_libraries files depends)
+  set(lib_files)
+  set(lib_depends)
+  foreach(lib IN LISTS ARGN)
+    if(TARGET "${lib}")
+      get_target_property(file "${lib}" LOOM_LIBRARY_FILE)
+      if(NOT file)
+        message(FATAL_ERROR "LIBRARIES ${lib}: a target, but not one made by loom_add_library")
+      endif()
+      list(APPEND lib_files "${file}")
+      list(APPEND lib_depends "${file}" "${lib}")
+    elseif(lib MATCHES "\\.loom(bc)?$")
+      _loom_absolute(file "${CMAKE_CURRENT_SOURCE_DIR}" "${lib}")
+      list(APPEND lib_files "${file}")
+      list(APPEND lib_depends "${file}")
+    else()
+      message(FATAL_ERROR "LIBRARIES ${lib}: neither a loom_add_library target nor a .loom/.loombc file")
+    endif()
+  endforeach()
+  set(${files} "${lib_files}" PARENT_SCOPE)
+  set(${depends} "${lib_depends}" PARENT_SCOPE)
+endfunction()
+
+function(_loom_output_dir out dir)
+  if(NOT dir)
+    set(dir "${CMAKE_CURRENT_BINARY_DIR}")
+  endif()
+  _loom_absolute(dir "${CMAKE_CURRENT_BINARY_DIR}" "${dir}")
+  file(MAKE_DIRECTORY "${dir}")
+  set(${out} "${dir}" PARENT_SCOPE)
+endfunction()
+
+# Writes <output_dir>/<name>.loombc: the SOURCES merged and resolved against LIBRARIES.
+# Dependents name it in LIBRARIES; its key for module.import is <name>.
+function(loom_add_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "OUTPUT_DIR" "SOURCES;LIBRARIES")
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "loom_add_library(${name}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "loom_add_library(${name}): SOURCES is required")
+  endif()
+  _loom_absolute(sources "${CMAKE_CURRENT_SOURCE_DIR}" ${ARG_SOURCES})
+  _loom_libraries(lib_files lib_depends ${ARG_LIBRARIES})
+  _loom_output_dir(dir "${ARG_OUTPUT_DIR}")
+  set(output "${dir}/${name}.loombc")
+  list(TRANSFORM lib_files PREPEND "--library=")
+  add_custom_command(
+    OUTPUT "${output}"
+    COMMAND Loom::loom link ${sources} ${lib_files} --mode merge -o "${output}"
+    DEPENDS ${sources} ${lib_depends}
+    COMMENT "Linking Loom library ${name}"
+    ${_LOOM_JOB_SERVER}
+    VERBATIM)
+  add_custom_target(${name} ALL DEPENDS "${output}")
+  set_target_properties(${name} PROPERTIES LOOM_LIBRARY_FILE "${output}")
+endfunction()
+
+# Writes, per target, <output_dir>/<name>.<family>-<selector>.<ext> (.hsaco, .spv, .ptx) with
+# .launch.loombc and .manifest.json beside it, and a custom target <name> that builds them.
+# Several SOURCES are merged into one module first (loom link --mode merge).
+function(loom_add_kernels name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "OUTPUT_DIR;PIPELINE" "SOURCES;TARGETS;LIBRARIES;CONFIG;ROOTS")
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "loom_add_kernels(${name}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_SOURCES OR NOT ARG_TARGETS)
+    message(FATAL_ERROR "loom_add_kernels(${name}): SOURCES and TARGETS are required")
+  endif()
+  _loom_absolute(sources "${CMAKE_CURRENT_SOURCE_DIR}" ${ARG_SOURCES})
+  _loom_libraries(lib_files lib_depends ${ARG_LIBRARIES})
+  _loom_output_dir(dir "${ARG_OUTPUT_DIR}")
+
+  set(options)
+  foreach(binding IN LISTS ARG_CONFIG)
+    if(NOT binding MATCHES "^[^=]+=")
+      message(FATAL_ERROR "loom_add_kernels(${name}): CONFIG ${binding}: write key=value")
+    endif()
+    list(APPEND options "--config=${binding}")
+  endforeach()
+  foreach(root IN LISTS ARG_ROOTS)
+    list(APPEND options "--root=${root}")
+  endforeach()
+  if(ARG_PIPELINE)
+    list(APPEND options "--pipeline=${ARG_PIPELINE}")
+  endif()
+  list(TRANSFORM lib_files PREPEND "--library=")
+
+  list(LENGTH sources count)
+  if(count EQUAL 1)
+    set(module "${sources}")
+    set(module_depends "${sources}" ${lib_depends})
+  else()
+    # Merging resolves against the libraries, so the compile steps need no --library.
+    set(module "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}/${name}.loombc")
+    file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}")
+    add_custom_command(
+      OUTPUT "${module}"
+      COMMAND Loom::loom link ${sources} ${lib_files} --mode merge -o "${module}"
+      DEPENDS ${sources} ${lib_depends}
+      COMMENT "Linking Loom sources of ${name}"
+      ${_LOOM_JOB_SERVER}
+      VERBATIM)
+    set(module_depends "${module}")
+    set(lib_files)
+  endif()
+
+  set(outputs)
+  foreach(target IN LISTS ARG_TARGETS)
+    if(target MATCHES "^amdgpu:(.+)$")
+      set(ext hsaco)
+    elseif(target MATCHES "^spirv:(.+)$")
+      set(ext spv)
+    elseif(target MATCHES "^nvptx:(.+)$")
+      set(ext ptx)
+    else()
+      message(FATAL_ERROR "loom_add_kernels(${name}): TARGETS ${target}: write amdgpu:<processor>, spirv:<env> or nvptx:<sm>")
+    endif()
+    string(REPLACE ":" "-" tag "${target}")
+    set(stem "${dir}/${name}.${tag}")
+    add_custom_command(
+      OUTPUT "${stem}.${ext}" "${stem}.launch.loombc" "${stem}.manifest.json"
+      COMMAND Loom::loom compile "${module}" --target "${target}" -o "${stem}.${ext}"
+              "--emit-launch-config=${stem}.launch.loombc" "--manifest=${stem}.manifest.json"
+              ${lib_files} ${options} -MD -MF "${stem}.d"
+      DEPENDS ${module_depends}
+      DEPFILE "${stem}.d"
+      COMMENT "Compiling Loom kernels ${name} for ${target}"
+      ${_LOOM_JOB_SERVER}
+      VERBATIM)
+    list(APPEND outputs "${stem}.${ext}" "${stem}.launch.loombc" "${stem}.manifest.json")
+  endforeach()
+  add_custom_target(${name} ALL DEPENDS ${outputs})
+  set_target_properties(${name} PROPERTIES LOOM_OUTPUTS "${outputs}")
+endfunction()

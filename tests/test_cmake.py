@@ -1,0 +1,122 @@
+"""Loom's CMake package, used as docs/cmake.md says, with pip's cmake (4.x) and ninja (1.13) and GNU make.
+
+For each generator: a fresh build of cmake/examples, a no-op rebuild that runs
+nothing, and a touched library that reruns every kernel set using it and
+nothing else. What ran is read from the outputs' modification times (every
+loom output is rewritten when its command runs) and, for Ninja, from
+`ninja -n -d explain`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("cmake") is None and not os.environ.get("CI"),
+    reason="no cmake here (pip install '.[test]' installs it)",
+)
+
+SETS = {
+    "lib/common.loombc": "common",
+    **{f"kernels/saxpy.{t}": "saxpy" for t in ("amdgpu-gfx1100", "spirv-vulkan1.3")},
+    **{f"kernels/scale.{t}": "scale" for t in ("amdgpu-gfx942", "spirv-vulkan1.3")},
+    **{f"kernels/offset.{t}": "offset" for t in ("spirv-vulkan1.3", "nvptx-sm_80")},
+}
+
+
+def loom_dir() -> str:
+    """What a user types: -DLoom_DIR="$(loom --cmake-dir)"."""
+    return subprocess.run(["loom", "--cmake-dir"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_cmake_dir_is_light_and_holds_the_package() -> None:
+    code = ("import sys\nfrom loomcli.cli import main\n"
+            "try:\n    main(['--cmake-dir'])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'rich'))\n"
+            "assert not heavy, heavy\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr
+    folder = Path(r.stdout.strip())
+    assert folder == ROOT / "loomcli" / "cmake"
+    assert {p.name for p in folder.glob("*.cmake")} == {"LoomConfig.cmake", "LoomConfigVersion.cmake"}
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def stamps(build: Path) -> dict[str, int]:
+    """Modification time of every loom output, keyed by path under the build folder."""
+    found = {}
+    for pattern in ("lib/*.loombc", "kernels/*.hsaco", "kernels/*.spv", "kernels/*.ptx", "kernels/*.launch.loombc",
+                    "kernels/*.manifest.json"):
+        for path in build.glob(pattern):
+            found[str(path.relative_to(build))] = path.stat().st_mtime_ns
+    return found
+
+
+def rerun_sets(before: dict[str, int], after: dict[str, int]) -> set[str]:
+    assert before.keys() == after.keys()
+    ran = set()
+    for path, stamp in after.items():
+        if stamp != before[path]:
+            ran |= {name for prefix, name in SETS.items() if path.startswith(prefix)}
+    return ran
+
+
+@pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
+def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(ROOT / "cmake" / "examples", source)
+    build = tmp_path / "build"
+    env = dict(os.environ, LOOM_CACHE_DIR=str(tmp_path / "cache"))
+    run(["cmake", "-S", str(source), "-B", str(build), "-G", generator, f"-DLoom_DIR={loom_dir()}"], tmp_path, env)
+    # Under make -j the loom commands are jobserver-aware recipes: make hands them its jobserver.
+    build_cmd = ["cmake", "--build", str(build), "--", "-j3"]
+
+    # A fresh build: every declared output, real and consistent with its manifest.
+    fresh = run(build_cmd, tmp_path, env)
+    first = stamps(build)
+    assert len(first) == 1 + 3 * 6
+    for name, ext in [("saxpy.amdgpu-gfx1100", "hsaco"), ("scale.spirv-vulkan1.3", "spv"),
+                      ("offset.spirv-vulkan1.3", "spv"), ("offset.nvptx-sm_80", "ptx")]:
+        manifest = json.loads((build / "kernels" / f"{name}.manifest.json").read_text())
+        assert manifest["artifact"]["name"] == f"{name}.{ext}"
+        assert manifest["artifact"]["byte_length"] == (build / "kernels" / f"{name}.{ext}").stat().st_size
+    launch = subprocess.run(["loom", "launch-eval", str(build / "kernels/scale.spirv-vulkan1.3.launch.loombc"),
+                             "@scale", "1000"], capture_output=True, text=True, check=True, env=env)
+    assert "workgroups=4x1x1 workgroup_size=256x1x1" in launch.stdout
+    # An advertised but unusable jobserver would be one warning per loom command.
+    assert "jobserver" not in (fresh.stdout + fresh.stderr).lower()
+
+    # A no-op rebuild runs nothing.
+    if generator == "Ninja":
+        explain = run(["ninja", "-n", "-d", "explain"], build, env)
+        assert "ninja: no work to do." in explain.stdout, explain.stdout + explain.stderr
+    run(build_cmd, tmp_path, env)
+    assert stamps(build) == first
+
+    # Touching the library reruns every set that uses it, and only those.
+    library = source / "lib" / "common.loom"
+    os.utime(library)  # touch
+    run(build_cmd, tmp_path, env)
+    after = stamps(build)
+    assert rerun_sets(first, after) == {"common", "scale", "offset"}
+
+    # Touching one set's own source reruns that set only (offset.loom is in `scale` and `offset`).
+    saxpy = source / "kernels" / "saxpy.loom"
+    os.utime(saxpy)
+    run(build_cmd, tmp_path, env)
+    assert rerun_sets(after, stamps(build)) == {"saxpy"}
