@@ -169,6 +169,8 @@ def unary(b: Builder, host: MathHost, name: str, t: ScalarType, x: int, flags: t
         r = b.fw.ext(ft, GLSL_UNARY[name], x)
         if name in ("sqrtf", "rsqrtf") and "contract" not in flags:
             b.nocontract(r)
+        if name == "absf":
+            return r  # exact, and a sign-bit operation: rounding would quiet a signalling bf16 NaN
         return finish(b, t, r)
     # Transcendental: the software routines (`mathlib`), f16 through f32.
     wide = 64 if t.bits == 64 else 32
