@@ -360,7 +360,7 @@ def test_integer_literals_past_the_digit_limit(tmp_path: Path) -> None:
         f.write_text(cfg)
         r = loom("compile", str(SAXPY), "-o", str(tmp_path / "o.loombc"), "--config-file", str(f))
         assert r.returncode == 1 and b"CONFIG/001" in r.stderr, r.stderr
-    r = loom("compile", str(SAXPY), "-o", str(tmp_path / "o.loombc"), "--emit-launch-config", "x",
+    r = loom("compile", str(SAXPY), "-o", str(tmp_path / "o.spv"), "--emit-launch-config", str(tmp_path / "x"),
              "--target", "spirv:vulkan1.3", "--config", f"a={digits}")
     no_crash(r)
     launch = tmp_path / "l.loombc"
