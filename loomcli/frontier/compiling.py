@@ -25,13 +25,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit import BACKENDS
 from loomcli.errors import EXIT_ENV, LoomError
 from loomcli.frontier.product import COMPILED_MODULE_ROUTE, CommandProduct, Request
 from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService
 from loomcli.targets.profiles import Profile
 
-# The executable format and file suffix each target family compiles requests to.
-NATIVE = {"amdgpu": ("amdgpu-hsaco", ".hsaco"), "spirv": ("spirv-binary", ".spv")}
 UNNUMBERED = "kernel"
 
 
@@ -48,12 +47,13 @@ class RequestCompiler:
     """A `RequestSink` that compiles every request it is given for one profile."""
 
     def __init__(self, service: CompileService, profile: Profile, pipeline: str = "default") -> None:
-        if profile.family not in NATIVE:
+        backend = BACKENDS.get(profile.family)
+        if backend is None:
             raise LoomError(f"--compile has no executable format for {profile.name}", 2)
         self.service = service
         self.profile = profile
         self.pipeline = pipeline
-        self.format, self.suffix = NATIVE[profile.family]
+        self.format, self.suffix = backend.native_format, backend.suffix  # the family's native artifact
         self.pending: list[tuple[Request, Future[CompileOutcome]]] = []
 
     def publish(self, request: Request) -> None:
