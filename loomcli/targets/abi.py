@@ -21,6 +21,7 @@ here, so a host written against the manifest works for every target:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BUFFER, ScalarType, Type
@@ -62,6 +63,11 @@ class KernelABI:
     workload: tuple[tuple[str, str], ...]   # (name, type) of the workload arguments
     params: tuple[Param, ...]
     args_bytes: int                          # AMDGPU explicit kernarg bytes; SPIR-V push-constant bytes
+
+    def manifest_head(self) -> dict[str, Any]:
+        """The fields every family's manifest entry starts with (TOOLCHAIN.md 8)."""
+        return {"export": self.export, "symbol": self.symbol,
+                "workload": [{"name": n, "type": t} for n, t in self.workload]}
 
     @property
     def buffers(self) -> tuple[Param, ...]:

@@ -53,8 +53,7 @@ def kernel_entries(module: Module, kernels: list[Operation], profiles: dict[str,
     for kernel in kernels:
         info = abi.kernel_abi(kernel, "amdgpu")
         profile = profiles[info.export]
-        entry: dict[str, Any] = {"export": info.export, "symbol": info.symbol,
-                                 "workload": [{"name": n, "type": t} for n, t in info.workload]}
+        entry: dict[str, Any] = info.manifest_head()
         size = abi.workgroup_size_constants(kernel)
         if size is not None:
             entry["workgroup_size"] = list(size)

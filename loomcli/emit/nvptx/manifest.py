@@ -40,8 +40,7 @@ def kernel_entries(module: Module, kernels: list[Operation], profiles: dict[str,
     for kernel in kernels:
         k = abi.kernel_abi(kernel, "nvptx")
         profile = profiles[k.export]
-        entry: dict[str, Any] = {"export": k.export, "symbol": k.symbol,
-                                 "workload": [{"name": n, "type": t} for n, t in k.workload]}
+        entry: dict[str, Any] = k.manifest_head()
         size = abi.workgroup_size_constants(kernel)
         if size is not None:
             entry["workgroup_size"] = list(size)

@@ -287,9 +287,7 @@ class SpirvEmitter:
     def _manifest(self, info: KernelInfo) -> dict[str, object]:
         abi = info.abi
         entry: dict[str, object] = {
-            "export": abi.export,
-            "symbol": abi.symbol,
-            "workload": [{"name": n, "type": t} for n, t in abi.workload],
+            **abi.manifest_head(),
             "workgroup_size": list(info.workgroup_size),
             "push_constant_bytes": abi.args_bytes,
             "parameters": [p.manifest("spirv") for p in abi.params],
