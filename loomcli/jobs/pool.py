@@ -152,14 +152,14 @@ class WorkerPool:
 
     def _new_slot(self) -> threading.Thread:
         """A slot thread with its worker (not started); call with the lock held."""
-        ordinal = len(self._threads)
+        ordinal = len(self._workers)
         scratch = os.path.join(self._scratch, f"worker-{ordinal}")
         worker = Worker(self._preload, entry="loomcli.jobs.pool", args=[str(ordinal), scratch, *self._preload])
         self._workers.append(worker)
         thread = threading.Thread(target=self._serve, args=(ordinal, worker), name=f"loom-slot-{ordinal}",
                                   daemon=True)
-        self._threads.append(thread)
         thread.start()
+        self._threads.append(thread)  # after start: a signal in between must not leave close() an unstarted thread
         return worker
 
     def _serve(self, ordinal: int, worker: Worker) -> None:
