@@ -34,21 +34,48 @@ def check_targets(module: Module, profile: Profile) -> None:
         raise CompileError(diags)
 
 
+def legalize(module: Module, profile: Profile) -> Module:
+    """`module` with the profile's legalization passes run, on a clone (the
+    compiled module stays as it was: other formats and the launch config
+    read it too). Without such passes, `module` itself."""
+    if not profile.legalize:
+        return module
+    from loomcli.ir.clone import clone_op
+    from loomcli.passes.pipeline import parse_pipeline
+    from loomcli.passes.registry import PassContext
+
+    lowered = Module(module.path)
+    for op in module.ops:
+        lowered.body.append(clone_op(op))
+    parse_pipeline(",".join(profile.legalize)).run(lowered, PassContext(target=profile))
+    return lowered
+
+
 class Emission:
     """What one compiled module becomes for one profile: artifacts in any
     format and the launch-config artifact. The shared TARGET checks run once,
-    before the first output; emitters and the launch-config builder rely on
-    them and do not check again."""
+    before the first output, on the compiled module; then the profile's
+    legalization passes run once, and every instruction selector reads their
+    result. Emitters and the launch-config builder rely on the checks and do
+    not check again."""
 
     def __init__(self, module: Module, profile: Profile) -> None:
         self.module = module
         self.profile = profile
         self.checked = False
+        self._legalized: Module | None = None
 
     def _check(self) -> None:
         if not self.checked:
             check_targets(self.module, self.profile)
             self.checked = True
+
+    def legalized(self) -> Module:
+        """The module the instruction selectors read (TARGET checks first)."""
+        self._check()
+        if self._legalized is None:
+            self._legalized = legalize(self.module, self.profile)
+        return self._legalized
 
     def artifact(self, fmt: str) -> Artifact:
         """The artifact in format `fmt`, from the family's row of the emitter table. Raises CompileError, UsageError."""
@@ -58,8 +85,7 @@ class Emission:
         if fmt not in backend.formats:
             raise UsageError(f"format {fmt} is for {' and '.join(families_writing(fmt))} targets, "
                              f"not {self.profile.name}")
-        self._check()
-        return backend.emit(self.module, self.profile, fmt)
+        return backend.emit(self.legalized(), self.profile, fmt)
 
     def launch_config(self) -> bytes:
         """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""

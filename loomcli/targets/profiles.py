@@ -67,6 +67,10 @@ class Profile:
     ieee_preserve_widths: tuple[int, ...] = ()
     driver_dependent: tuple[str, ...] = ()
     overrides: tuple[tuple[str, Any], ...] = field(default=())
+    # Registered IR-to-IR passes that emission runs, in order, before the
+    # family's instruction selector: what the target cannot select directly
+    # is legalized once, in Loom IR, for every family alike.
+    legalize: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
