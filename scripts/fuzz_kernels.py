@@ -3,6 +3,13 @@
 reference interpreter and on Vulkan, compared.
 
     python scripts/fuzz_kernels.py --seed S --count N [--keep DIR] [-v]
+                                   [--compile-for nvptx:sm_90 ...]
+
+`--compile-for TARGET` (repeatable) also compiles each kernel for a target
+no device here runs (nvptx, amdgpu) to its native artifact, with `ptxas`
+assembling nvptx's PTX into a cubin when it is installed: a well-defined
+kernel that does not compile counts as a mismatch. That covers those
+targets' instruction selection with the same kernels, short of running them.
 
 Prints `N kernels, M mismatches` and exits 1 on any mismatch (2 on bad
 usage, 3 when no Vulkan device is usable). Kernel k of seed S is generated
@@ -500,6 +507,32 @@ def run_on(path: str, device: str, runner: Any) -> tuple[list[bytes], str]:
     return capture.outputs, ""
 
 
+def compile_for(path: str, target: str) -> str:
+    """'' when `path` compiles for `target` to its native artifact (a cubin for
+    nvptx when ptxas exists), else why not."""
+    from loomcli.diagnostics import CompileError
+    from loomcli.emit import backend_for
+    from loomcli.emit.artifacts import emit
+    from loomcli.errors import LoomError
+    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.targets.profiles import parse_target
+
+    profile = parse_target(target)
+    fmt = backend_for(profile).native_format
+    if profile.family == "nvptx":
+        from loomcli.emit.nvptx.ptxas import find_ptxas
+
+        fmt = "nvptx-cubin" if find_ptxas() else fmt
+    try:
+        compiled = compile_module(CompileOptions(input=path, profile=profile, roots=["@fuzz"], for_execution=True))
+        art = emit(compiled.module, profile, fmt)
+    except CompileError as e:
+        return "; ".join(f"{d.code} {d.message}" for d in e.diagnostics)
+    except LoomError as e:
+        return str(e)
+    return "" if art.data else "empty artifact"
+
+
 def ulp_distance(t: str, a: float, b: float) -> int:
     fmt = "<f" if t == "f32" else "<d"
     ifmt = "<i" if t == "f32" else "<q"
@@ -536,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--first", type=int, default=0, help="index of the first kernel (to reproduce one)")
     ap.add_argument("--keep", metavar="DIR", help="write mismatching kernels here")
+    ap.add_argument("--compile-for", action="append", default=[], metavar="TARGET",
+                    help="also compile each kernel for this target (repeatable)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -558,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
                 why = f"interpreter: {why_a or 'ok'}; vulkan: {why_b or 'ok'}"
             else:
                 why = compare(a, b, approx_types)
+            for target in args.compile_for:
+                failed = compile_for(path, target)
+                if failed:
+                    why = "; ".join(filter(None, [why, f"{target}: {failed}"]))
             if why:
                 mismatches += 1
                 print(f"mismatch: seed {args.seed} kernel {k}: {why}")
