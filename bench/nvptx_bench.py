@@ -45,7 +45,7 @@ def ptx_instructions(ptx: str, kernel: str) -> int:
 
 
 def sass_instructions(cubin: bytes, kernel: str) -> int:
-    from loomcli.emit.amdgpu.elf import read_elf
+    from loomcli.emit.elf import read_elf
 
     section = read_elf(cubin).section(f".text.{kernel}")
     return section.size // 16 if section is not None else -1

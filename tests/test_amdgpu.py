@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from loomcli.emit.amdgpu import codegen, emit_amdgpu, lower
-from loomcli.emit.amdgpu import elf as E
+from loomcli.emit import elf as E
+from loomcli.emit.amdgpu import link as L
 from loomcli.emit.amdgpu.manifest import code_object_metadata, kernel_metadata
 from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.errors import LoomError
@@ -223,8 +224,8 @@ def test_unbound_config_get_is_config_003(tmp_path: Path) -> None:
 def test_every_selector_gives_a_loadable_code_object(chip: str, path: str) -> None:
     artifact = hsaco(path, chip)
     obj = E.read_elf(artifact.data)
-    assert obj.type == E.ET_DYN and obj.machine == E.EM_AMDGPU
-    assert obj.ident[7] == E.ELFOSABI_AMDGPU_HSA
+    assert obj.type == E.ET_DYN and obj.machine == L.EM_AMDGPU
+    assert obj.ident[7] == L.ELFOSABI_AMDGPU_HSA
     generic = chip.endswith("-generic")
     assert obj.abi_version == (4 if generic else 3)  # ELFABIVERSION_AMDGPU_HSA_V6 / _V5
     types = [s.type for s in obj.segments]
@@ -347,7 +348,7 @@ def test_python_linker_matches_ld_lld(tmp_path: Path, chip: str, path: str) -> N
     (tmp_path / "k.o").write_bytes(obj)
     subprocess.run([tool("ld.lld"), "-shared", str(tmp_path / "k.o"), "-o", str(tmp_path / "k.so")], check=True)
     ref = E.read_elf((tmp_path / "k.so").read_bytes())
-    ours = E.read_elf(E.link_shared(obj))
+    ours = E.read_elf(L.link_shared(obj))
     assert ours.segments == ref.segments
     assert (ours.ident, ours.type, ours.machine, ours.flags) == (ref.ident, ref.type, ref.machine, ref.flags)
     for s in ours.sections:
@@ -368,7 +369,7 @@ def test_linker_resolves_call_relocations() -> None:
     obj = E.read_elf(codegen(ir, p, "object"))
     rela = obj.section(".rela.text")
     assert rela is not None and len(rela.data) >= E.RELA.size  # s_getpc + REL32_LO/HI for the calls
-    kinds = {E.R_AMDGPU[E.RELA.unpack_from(rela.data, o)[1] & 0xFFFFFFFF] for o in range(0, len(rela.data), 24)}
+    kinds = {L.R_AMDGPU[E.RELA.unpack_from(rela.data, o)[1] & 0xFFFFFFFF] for o in range(0, len(rela.data), 24)}
     assert kinds == {"REL32_LO", "REL32_HI"}
 
 
@@ -379,16 +380,16 @@ def test_linker_rejects_what_it_cannot_link() -> None:
           '!llvm.module.flags = !{!0}\n!0 = !{i32 1, !"amdhsa_code_object_version", i32 500}\n')
     obj = codegen(ir, p, "object")
     with pytest.raises(E.ElfError, match="undefined symbol elsewhere"):
-        E.link_shared(obj)
+        L.link_shared(obj)
     with pytest.raises(E.ElfError):
         E.read_elf(b"\x7fELF" + b"\x02\x01" + b"\0" * 10)
     with pytest.raises(E.ElfError):
-        E.link_shared(hsaco(str(SAMPLES / "saxpy.loom")).data)  # already linked
+        L.link_shared(hsaco(str(SAMPLES / "saxpy.loom")).data)  # already linked
 
 
 def test_elf_hashes() -> None:
-    assert E.gnu_hash(b"") == 5381 and E.gnu_hash(b"printf") == 0x156B2BB8
-    assert E.sysv_hash(b"printf") == 0x077905A6
+    assert L.gnu_hash(b"") == 5381 and L.gnu_hash(b"printf") == 0x156B2BB8
+    assert L.sysv_hash(b"printf") == 0x077905A6
 
 
 def test_msgpack_decoder() -> None:

@@ -58,7 +58,7 @@ def emit_amdgpu(module: Module, profile: Profile, fmt: str) -> Artifact:
     if fmt == "asm":
         data = codegen(ir, profile, "assembly")
         return Artifact(fmt, data, kernel_entries(module, kernels, profiles, None), target)
-    from loomcli.emit.amdgpu.elf import ElfError, link_shared
+    from loomcli.emit.amdgpu.link import ElfError, link_shared
 
     obj = codegen(ir, profile, "object")
     try:

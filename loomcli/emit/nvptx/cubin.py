@@ -18,7 +18,7 @@ EIATTR_FRAME_SIZE = 0x11
 
 def kernel_attributes(cubin: bytes) -> dict[str, dict[str, int]]:
     """{kernel: {"registers": n, "stack_frame_bytes": m}} from the cubin's `.nv.info`."""
-    from loomcli.emit.amdgpu.elf import ElfError, read_elf  # ELF is ELF; the reader lives with AMDGPU's linker
+    from loomcli.emit.elf import ElfError, read_elf
 
     elf = read_elf(cubin)
     info = elf.section(".nv.info")
