@@ -842,6 +842,11 @@ class Verifier:
                 self.error("TYPE/003", op.operand_loc(i), what=f"workgroup count {c}", why="counts lie in [0, 2^32-1]")
         if target is None:
             return
+        written = op.attrs.get("written_nworkload", n)
+        if written != n:  # `[…]` in the type list iff workload operands (section 7.6), as for kernel.launch
+            self.error("TYPE/006", op.loc_of("callee"), use="kernel.dispatch", s=target.attrs["sym"],
+                       detail=f"expected {n} workload types, found {written}")
+            return
         want = target.attrs["sig"].arg_types
         got = [v.type for v in op.operands[n:]]
         if len(got) != len(want) or any(not _types_match(g, w) for g, w in zip(got, want)):
