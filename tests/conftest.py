@@ -8,6 +8,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 
 
+def _hypothesis_profiles() -> None:
+    """The suite's property tests are derandomized: every run tries the same
+    examples, so a red run is reproducible and CI never turns red because a
+    new random draw found an old bug. `HYPOTHESIS_PROFILE=explore` searches
+    afresh (and longer) when hunting for bugs by hand."""
+    import os
+
+    from hypothesis import settings
+
+    settings.register_profile("suite", derandomize=True, database=None)
+    settings.register_profile("explore", max_examples=2000)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
+
+_hypothesis_profiles()
+
+
 @pytest.fixture
 def samples_dir() -> Path:
     return SAMPLES
