@@ -198,8 +198,8 @@ def _loom_command_impl(ctx):
         args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.specs.items())], before_each = "--spec")
         if target:
             args.add_all(["--target", target, "--compile", "-j", "1"])
-        _run_loom(ctx, "LoomFrontier", "Building command product {} {}".format(ctx.label, target), args,
-                  [module] + libraries, [folder])
+        message = "Building command product {}{}".format(ctx.label, " for " + target if target else "")
+        _run_loom(ctx, "LoomFrontier", message, args, [module] + libraries, [folder])
         products[target] = folder
     return [
         DefaultInfo(files = depset(products.values())),

@@ -41,15 +41,20 @@ SCALE_ACTIONS = {
     "Compiling //kernels:scale for spirv:vulkan1.3",
     "Packaging //:release",
 }
-# //commands:frontier has one source (no link action) and one target: one `loom frontier --compile`
-# action, which compiles its four requests inside itself with -j 1 (they are not Bazel actions).
-COMMAND_ACTIONS = ["Building command product //commands:frontier spirv:vulkan1.3"]
-# common, scale link, 2 x saxpy, 2 x scale, the package, the command product
-LOOM_ACTIONS = 8
+# loom_command runs one `loom frontier` action per product folder: one per target, or one folder
+# `<name>.frontier` without targets; with one source there is no link action. The kernel requests of
+# a targeted product are compiled inside its action (-j 1), not as Bazel actions. So
+# //commands:frontier (one target) and //commands:requests (none) are one action each.
+COMMAND_PRODUCTS = {  # folder under bazel-bin/commands -> its action's progress message
+    "frontier.spirv-vulkan1.3": "Building command product //commands:frontier for spirv:vulkan1.3",
+    "requests.frontier": "Building command product //commands:requests",
+}
+# common, scale link, 2 x saxpy, 2 x scale, the package, the two command products
+LOOM_ACTIONS = 9
 
-# What //commands:frontier's product holds: run.trace is true, so the traced launch is live. One
-# requirement per live kernel class (the two launches of @classified select different templates:
-# two classes) plus the external entry, which has no request.
+# What both command products hold: run.trace is true, so the traced launch is live. One requirement
+# per live kernel class (the two launches of @classified select different templates: two classes)
+# plus the external entry, which has no request.
 COMMAND_ENTRIES = [("local", 0), ("classified", 1), ("classified", 2), ("trace", 3), ("external", None)]
 # The requirement of each dispatch of program-0.loomcmd, in order (`loom frontier --print`).
 COMMAND_DISPATCHES = [0, 1, 2, 3, 0, 4]
@@ -126,15 +131,16 @@ def outputs(bin_dir: Path) -> dict[str, str]:
     return {str(p.relative_to(bin_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)}
 
 
-def check_command_product(folder: Path) -> None:
-    """The frontier outputs of //commands:frontier: command bytes, manifest, requests, compiled kernels."""
+def check_command_product(folder: Path, target: str | None) -> None:
+    """The frontier outputs of a //commands product: command bytes, manifest, requests and, with a
+    target, the compiled kernels."""
     requests = [n for _, n in COMMAND_ENTRIES if n is not None]
+    suffixes = (".loombc", ".spv", ".launch.loombc", ".manifest.json") if target else (".loombc",)
     expected = {"frontier.commands.json", "program-0.loomcmd"} | {
-        f"kernel-{n}{suffix}" for n in requests
-        for suffix in (".loombc", ".spv", ".launch.loombc", ".manifest.json")}
+        f"kernel-{n}{suffix}" for n in requests for suffix in suffixes}
     assert {p.name for p in folder.iterdir()} == expected
     manifest = json.loads((folder / "frontier.commands.json").read_text())
-    assert (manifest["format"], manifest["target"]) == ("loom-command-set", "spirv:vulkan1.3")
+    assert (manifest["format"], manifest["target"]) == ("loom-command-set", target)
     [program] = manifest["programs"]
     command = (folder / "program-0.loomcmd").read_bytes()
     assert (program["symbol"], program["artifact"]) == ("run", "program-0.loomcmd")
@@ -143,20 +149,23 @@ def check_command_product(folder: Path) -> None:
     for entry, (symbol, n) in zip(manifest["entries"], COMMAND_ENTRIES, strict=True):
         if n is None:
             assert entry == {"symbol": symbol}
-            continue
-        assert entry == {"symbol": symbol, "export": symbol, "source_request": f"kernel-{n}.loombc",
-                         "artifact": f"kernel-{n}.spv", "launch_config": f"kernel-{n}.launch.loombc"}
-        binary = (folder / f"kernel-{n}.spv").read_bytes()
-        kernel = json.loads((folder / f"kernel-{n}.manifest.json").read_text())
-        assert kernel["artifact"]["sha256"] == hashlib.sha256(binary).hexdigest()
-        assert [k["export"] for k in kernel["kernels"]] == [symbol]
+        elif target is None:
+            assert entry == {"symbol": symbol, "source_request": f"kernel-{n}.loombc"}
+        else:
+            assert entry == {"symbol": symbol, "export": symbol, "source_request": f"kernel-{n}.loombc",
+                             "artifact": f"kernel-{n}.spv", "launch_config": f"kernel-{n}.launch.loombc"}
+            binary = (folder / f"kernel-{n}.spv").read_bytes()
+            kernel = json.loads((folder / f"kernel-{n}.manifest.json").read_text())
+            assert kernel["artifact"]["sha256"] == hashlib.sha256(binary).hexdigest()
+            assert [k["export"] for k in kernel["kernels"]] == [symbol]
     # The command bytes decode: one dispatch per launch that survived folding, bound to its requirement.
     printed = subprocess.run(["loom", "frontier", "--print", str(folder / "program-0.loomcmd")],
                              capture_output=True, text=True, check=True).stdout
-    assert printed.startswith("program @run launch(%buf) target=spirv:vulkan1.3\n")
+    header = "program @run launch(%buf)" + (f" target={target}" if target else "")
+    assert printed.splitlines()[0] == header
     dispatches = [line.split("requirement=")[1].split()[0] for line in printed.splitlines() if "dispatch" in line]
     assert dispatches == [str(n) for n in COMMAND_DISPATCHES]
-    if shutil.which("spirv-val"):
+    if target and shutil.which("spirv-val"):
         for n in requests:
             subprocess.run(["spirv-val", "--target-env", "vulkan1.3", str(folder / f"kernel-{n}.spv")], check=True)
 
@@ -207,14 +216,14 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
             # A fresh build: every output of every rule, real and consistent.
             first = bazel.build(tmp_path / "fresh.json")
             assert len(loom_spawns(first)) == LOOM_ACTIONS
-            # loom_command: exactly its frontier action ran, with declared inputs only (the source and
+            # loom_command: one frontier action per product, with declared inputs only (the source and
             # the loom wrapper) and the product folder as its one output.
-            frontier = [s for s in first if s["mnemonic"] == "LoomFrontier"]
-            assert [s["progressMessage"] for s in frontier] == COMMAND_ACTIONS
-            assert {i["path"] for i in frontier[0]["inputs"]} == {"commands/frontier.loom",
-                                                                   "external/loom_host/loom"}
-            [product] = frontier[0]["listedOutputs"]
-            assert product.endswith("/bin/commands/frontier.spirv-vulkan1.3")
+            frontier = {s["progressMessage"]: s for s in first if s["mnemonic"] == "LoomFrontier"}
+            assert sorted(frontier) == sorted(COMMAND_PRODUCTS.values())
+            for folder, message in COMMAND_PRODUCTS.items():
+                spawn = frontier[message]
+                assert {i["path"] for i in spawn["inputs"]} == {"commands/frontier.loom", "external/loom_host/loom"}
+                assert [o.rpartition("/bin/")[2] for o in spawn["listedOutputs"]] == [f"commands/{folder}"]
             bin_dir = Path(bazel("info", *bazel.flags, "bazel-bin").strip())
             built = outputs(bin_dir)
             for name in ("saxpy.amdgpu-gfx1100", "saxpy.spirv-vulkan1.3", "scale.amdgpu-gfx942",
@@ -240,7 +249,12 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
                 # Bazel's own saxpy for that target is the same program: the same bytes.
                 assert listed["spirv-vulkan1.3/saxpy.spv"] == built["kernels/saxpy.spirv-vulkan1.3.spv"]
 
-            check_command_product(bin_dir / "commands" / "frontier.spirv-vulkan1.3")
+            check_command_product(bin_dir / "commands" / "frontier.spirv-vulkan1.3", "spirv:vulkan1.3")
+            check_command_product(bin_dir / "commands" / "requests.frontier", None)
+            # The requests a target-independent product publishes are the ones the targeted one compiled.
+            for n in (n for _, n in COMMAND_ENTRIES if n is not None):
+                assert built[f"commands/requests.frontier/kernel-{n}.loombc"] == \
+                    built[f"commands/frontier.spirv-vulkan1.3/kernel-{n}.loombc"]
 
             # A no-op rebuild runs no action.
             assert bazel.build(tmp_path / "noop.json") == []
