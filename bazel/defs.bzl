@@ -36,8 +36,9 @@ LoomCommandInfo = provider(
     doc = "What loom_command built: the frontier outputs, one folder per target.",
     fields = {
         "targets": "list of target strings; empty for a target-independent product",
-        "products": "dict: target (or \"\") -> directory File holding `<stem>.commands.json`, " +
-                    "`program-N.loomcmd`, `kernel-N.loombc` (and with a target `kernel-N.<ext>` + launch configs)",
+        "products": "dict: target (or \"\") -> directory File holding `<stem>.commands.json` (stem: the " +
+                    "source's, or the rule's name when sources are merged), `program-N.loomcmd`, `kernel-N.loombc` " +
+                    "(and with a target `kernel-N.<ext>`, `.launch.loombc`, `.manifest.json`)",
     },
 )
 
@@ -191,13 +192,14 @@ def _loom_command_impl(ctx):
         else:
             folder = ctx.actions.declare_directory(ctx.label.name + ".frontier")
         args = ctx.actions.args()
-        args.add_all(["frontier", module, "--out-dir", folder.path])
+        # -q: the per-program summary line is for people; an action says nothing unless it fails or warns.
+        args.add_all(["frontier", module, "--out-dir", folder.path, "-q"])
         _add_common(args, ctx, libraries)
         args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.specs.items())], before_each = "--spec")
         if target:
             args.add_all(["--target", target, "--compile", "-j", "1"])
-        _run_loom(ctx, "LoomFrontier", "Building command product {} {}".format(ctx.label, target), args,
-                  [module] + libraries, [folder])
+        message = "Building command product {}{}".format(ctx.label, " for " + target if target else "")
+        _run_loom(ctx, "LoomFrontier", message, args, [module] + libraries, [folder])
         products[target] = folder
     return [
         DefaultInfo(files = depset(products.values())),

@@ -2,10 +2,12 @@
 
 One scenario, in order, over a copy of `bazel/` (the examples use it through
 `local_repository(path = "..")` and `loom_register_toolchains()`): a fresh
-build; a no-op rebuild that runs no action; a change to one kernel set's
-source that reruns only that set's actions; a clean rebuild against a
-BuildGrid remote cache that gives the same bytes; and a second clean rebuild
-served wholly from that cache. What ran is read from Bazel's execution log.
+build (kernel sets, a library, a release package and a command-program
+product, each product's contents checked); a no-op rebuild that runs no
+action; a change to one kernel set's source that reruns only that set's
+actions; a clean rebuild against a BuildGrid remote cache that gives the same
+bytes; and a second clean rebuild served wholly from that cache. What ran is
+read from Bazel's execution log.
 """
 
 from __future__ import annotations
@@ -39,7 +41,23 @@ SCALE_ACTIONS = {
     "Compiling //kernels:scale for spirv:vulkan1.3",
     "Packaging //:release",
 }
-LOOM_ACTIONS = 7  # common, scale link, 2 x saxpy, 2 x scale, the package
+# loom_command runs one `loom frontier` action per product folder: one per target, or one folder
+# `<name>.frontier` without targets; with one source there is no link action. The kernel requests of
+# a targeted product are compiled inside its action (-j 1), not as Bazel actions. So
+# //commands:frontier (one target) and //commands:requests (none) are one action each.
+COMMAND_PRODUCTS = {  # folder under bazel-bin/commands -> its action's progress message
+    "frontier.spirv-vulkan1.3": "Building command product //commands:frontier for spirv:vulkan1.3",
+    "requests.frontier": "Building command product //commands:requests",
+}
+# common, scale link, 2 x saxpy, 2 x scale, the package, the two command products
+LOOM_ACTIONS = 9
+
+# What both command products hold: run.trace is true, so the traced launch is live. One requirement
+# per live kernel class (the two launches of @classified select different templates: two classes)
+# plus the external entry, which has no request.
+COMMAND_ENTRIES = [("local", 0), ("classified", 1), ("classified", 2), ("trace", 3), ("external", None)]
+# The requirement of each dispatch of program-0.loomcmd, in order (`loom frontier --print`).
+COMMAND_DISPATCHES = [0, 1, 2, 3, 0, 4]
 
 BUILDGRID_CONFIG = """\
 server:
@@ -108,9 +126,48 @@ def loom_spawns(spawns: list[dict]) -> list[dict]:
 
 
 def outputs(bin_dir: Path) -> dict[str, str]:
-    files = [p for folder in ("kernels", "lib") for p in (bin_dir / folder).rglob("*") if p.is_file()]
+    files = [p for folder in ("kernels", "lib", "commands") for p in (bin_dir / folder).rglob("*") if p.is_file()]
     files.append(bin_dir / "release-0.1.0.loompkg.tar.gz")
     return {str(p.relative_to(bin_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)}
+
+
+def check_command_product(folder: Path, target: str | None) -> None:
+    """The frontier outputs of a //commands product: command bytes, manifest, requests and, with a
+    target, the compiled kernels."""
+    requests = [n for _, n in COMMAND_ENTRIES if n is not None]
+    suffixes = (".loombc", ".spv", ".launch.loombc", ".manifest.json") if target else (".loombc",)
+    expected = {"frontier.commands.json", "program-0.loomcmd"} | {
+        f"kernel-{n}{suffix}" for n in requests for suffix in suffixes}
+    assert {p.name for p in folder.iterdir()} == expected
+    manifest = json.loads((folder / "frontier.commands.json").read_text())
+    assert (manifest["format"], manifest["target"]) == ("loom-command-set", target)
+    [program] = manifest["programs"]
+    command = (folder / "program-0.loomcmd").read_bytes()
+    assert (program["symbol"], program["artifact"]) == ("run", "program-0.loomcmd")
+    assert (program["byte_length"], program["sha256"]) == (len(command), hashlib.sha256(command).hexdigest())
+    assert program["entry_requirements"] == list(range(len(COMMAND_ENTRIES)))
+    for entry, (symbol, n) in zip(manifest["entries"], COMMAND_ENTRIES, strict=True):
+        if n is None:
+            assert entry == {"symbol": symbol}
+        elif target is None:
+            assert entry == {"symbol": symbol, "source_request": f"kernel-{n}.loombc"}
+        else:
+            assert entry == {"symbol": symbol, "export": symbol, "source_request": f"kernel-{n}.loombc",
+                             "artifact": f"kernel-{n}.spv", "launch_config": f"kernel-{n}.launch.loombc"}
+            binary = (folder / f"kernel-{n}.spv").read_bytes()
+            kernel = json.loads((folder / f"kernel-{n}.manifest.json").read_text())
+            assert kernel["artifact"]["sha256"] == hashlib.sha256(binary).hexdigest()
+            assert [k["export"] for k in kernel["kernels"]] == [symbol]
+    # The command bytes decode: one dispatch per launch that survived folding, bound to its requirement.
+    printed = subprocess.run(["loom", "frontier", "--print", str(folder / "program-0.loomcmd")],
+                             capture_output=True, text=True, check=True).stdout
+    header = "program @run launch(%buf)" + (f" target={target}" if target else "")
+    assert printed.splitlines()[0] == header
+    dispatches = [line.split("requirement=")[1].split()[0] for line in printed.splitlines() if "dispatch" in line]
+    assert dispatches == [str(n) for n in COMMAND_DISPATCHES]
+    if target and shutil.which("spirv-val"):
+        for n in requests:
+            subprocess.run(["spirv-val", "--target-env", "vulkan1.3", str(folder / f"kernel-{n}.spv")], check=True)
 
 
 def free_port() -> int:
@@ -159,6 +216,14 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
             # A fresh build: every output of every rule, real and consistent.
             first = bazel.build(tmp_path / "fresh.json")
             assert len(loom_spawns(first)) == LOOM_ACTIONS
+            # loom_command: one frontier action per product, with declared inputs only (the source and
+            # the loom wrapper) and the product folder as its one output.
+            frontier = {s["progressMessage"]: s for s in first if s["mnemonic"] == "LoomFrontier"}
+            assert sorted(frontier) == sorted(COMMAND_PRODUCTS.values())
+            for folder, message in COMMAND_PRODUCTS.items():
+                spawn = frontier[message]
+                assert {i["path"] for i in spawn["inputs"]} == {"commands/frontier.loom", "external/loom_host/loom"}
+                assert [o.rpartition("/bin/")[2] for o in spawn["listedOutputs"]] == [f"commands/{folder}"]
             bin_dir = Path(bazel("info", *bazel.flags, "bazel-bin").strip())
             built = outputs(bin_dir)
             for name in ("saxpy.amdgpu-gfx1100", "saxpy.spirv-vulkan1.3", "scale.amdgpu-gfx942",
@@ -183,6 +248,13 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(tmp_path: P
                     package.extractfile("spirv-vulkan1.3/saxpy.spv").read()).hexdigest()
                 # Bazel's own saxpy for that target is the same program: the same bytes.
                 assert listed["spirv-vulkan1.3/saxpy.spv"] == built["kernels/saxpy.spirv-vulkan1.3.spv"]
+
+            check_command_product(bin_dir / "commands" / "frontier.spirv-vulkan1.3", "spirv:vulkan1.3")
+            check_command_product(bin_dir / "commands" / "requests.frontier", None)
+            # The requests a target-independent product publishes are the ones the targeted one compiled.
+            for n in (n for _, n in COMMAND_ENTRIES if n is not None):
+                assert built[f"commands/requests.frontier/kernel-{n}.loombc"] == \
+                    built[f"commands/frontier.spirv-vulkan1.3/kernel-{n}.loombc"]
 
             # A no-op rebuild runs no action.
             assert bazel.build(tmp_path / "noop.json") == []

@@ -4,7 +4,9 @@ For each generator: a fresh build of cmake/examples, a no-op rebuild that runs
 nothing, and a touched library that reruns every kernel set using it and
 nothing else. What ran is read from the outputs' modification times (every
 loom output is rewritten when its command runs) and, for Ninja, from
-`ninja -n -d explain`.
+`ninja -n -d explain`. How the loom commands shared the build's job slots is
+read from loom's own traces (`LOOM_TRACE_DIR`): under `make -j3` every loom
+joined make's jobserver and at most three compiles ran at once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_jobserver_make import peak_concurrency
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +34,13 @@ SETS = {
     **{f"kernels/scale.{t}": "scale" for t in ("amdgpu-gfx942", "spirv-vulkan1.3")},
     **{f"kernels/offset.{t}": "offset" for t in ("spirv-vulkan1.3", "nvptx-sm_80")},
 }
+
+
+JOBS = 3
+COMPILE_COMMANDS = 6  # one per kernel set and target: saxpy, scale and offset, two targets each
+# Whether the build tool hands loom a jobserver: make -jN serves one to `+` recipes (JOB_SERVER_AWARE);
+# ninja 1.13 is a jobserver client only, so under Ninja loom sees none.
+SERVES_A_JOBSERVER = {"Ninja": False, "Unix Makefiles": True}
 
 
 def loom_dir() -> str:
@@ -81,14 +91,30 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
     source = tmp_path / "src"
     shutil.copytree(ROOT / "cmake" / "examples", source)
     build = tmp_path / "build"
-    env = dict(os.environ, LOOM_CACHE_DIR=str(tmp_path / "cache"))
+    traces = tmp_path / "traces"
+    # No jobserver from whatever runs the tests: only the build tool's. Each loom writes a trace.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LOOM_CACHE_DIR=str(tmp_path / "cache"), LOOM_TRACE_DIR=str(traces))
     run(["cmake", "-S", str(source), "-B", str(build), "-G", generator, f"-DLoom_DIR={loom_dir()}"], tmp_path, env)
     # Under make -j the loom commands are jobserver-aware recipes: make hands them its jobserver.
-    build_cmd = ["cmake", "--build", str(build), "--", "-j3"]
+    build_cmd = ["cmake", "--build", str(build), "--", f"-j{JOBS}"]
 
     # A fresh build: every declared output, real and consistent with its manifest.
     fresh = run(build_cmd, tmp_path, env)
     first = stamps(build)
+    # Loom's own account of the job slots: one trace per compile command, each one task on the
+    # slot the build tool started it with. Under make every loom joined make's one pool (and needed
+    # no token beside its implicit slot); the compiles of all commands never overlapped beyond -j3.
+    fresh_traces = sorted(traces.glob("loom-*.trace.json"))
+    assert len(fresh_traces) == COMPILE_COMMANDS
+    bounds = [json.loads(t.read_text())["otherData"] for t in fresh_traces]
+    jobservers = {b["jobserver"] for b in bounds}
+    if SERVES_A_JOBSERVER[generator]:
+        assert len(jobservers) == 1 and None not in jobservers, jobservers
+    else:
+        assert jobservers == {None}
+    assert all((b["slots"], b["tokens_taken"]) == (1, 0) for b in bounds), bounds
+    assert 1 <= peak_concurrency(fresh_traces) <= JOBS
     assert len(first) == 1 + 3 * 6
     for name, ext in [("saxpy.amdgpu-gfx1100", "hsaco"), ("scale.spirv-vulkan1.3", "spv"),
                       ("offset.spirv-vulkan1.3", "spv"), ("offset.nvptx-sm_80", "ptx")]:
@@ -107,6 +133,7 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
         assert "ninja: no work to do." in explain.stdout, explain.stdout + explain.stderr
     run(build_cmd, tmp_path, env)
     assert stamps(build) == first
+    assert sorted(traces.glob("loom-*.trace.json")) == fresh_traces  # no loom ran
 
     # Touching the library reruns every set that uses it, and only those.
     library = source / "lib" / "common.loom"

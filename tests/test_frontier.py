@@ -322,6 +322,13 @@ def test_cli_no_requests_writes_identical_bytes(tmp_path: Path) -> None:
         assert (bare / name).read_bytes() == (full / name).read_bytes()
 
 
+def test_cli_quiet_writes_the_product_and_prints_nothing(tmp_path: Path) -> None:
+    r = loom("frontier", SAMPLE, "--target", "gfx1100", "--out-dir", str(tmp_path), "-q")
+    assert r.returncode == 0, r.stderr.decode()
+    assert (r.stdout, r.stderr) == (b"", b"")
+    assert "program-0.loomcmd" in os.listdir(tmp_path)
+
+
 def test_cli_failure_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = loom("frontier", str(DATA / "not_closed.loom"), "--target", "gfx1100", "--out-dir", str(out))

@@ -64,6 +64,8 @@ def test_make_j3_bounds_every_loom_it_runs(tmp_path: Path) -> None:
     assert len(traces) == 5
     assert sum(len(json.loads(t.read_text())["traceEvents"]) for t in traces) == 3 * 4 + 2 * 3
     assert 1 <= peak_concurrency(traces) <= 3
+    # Each loom says it was bounded by make's pool: a `+` recipe gets the pipe.
+    assert all(json.loads(t.read_text())["otherData"]["jobserver"] for t in traces)
     for p in projects:
         assert len(list((p / "build" / "loom" / "spirv-vulkan1.3").glob("*.spv"))) == 4
 
@@ -89,6 +91,8 @@ def test_a_fifo_jobserver_is_shared_and_every_token_returns(tmp_path: Path) -> N
     assert os.read(server, 16) == b"++"  # exactly what was lent came back
     os.close(server)
     assert 1 <= peak_concurrency([tmp_path / "t0.json", tmp_path / "t1.json"]) <= 3
+    for trace in (tmp_path / "t0.json", tmp_path / "t1.json"):
+        assert json.loads(trace.read_text())["otherData"]["jobserver"] == f"fifo:{fifo}"
 
 
 def test_an_unusable_jobserver_warns_once_and_builds_serially(tmp_path: Path) -> None:
@@ -109,3 +113,25 @@ def test_make_n_is_a_dry_run(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "would build set0 spirv:vulkan1.3" in r.stderr + r.stdout
     assert not (project / "build").exists()
+
+
+@pytest.mark.parametrize(("options", "makeflags", "traces_per_run"), [
+    ([], "", 1),                            # LOOM_TRACE_DIR: a new trace file per run
+    (["--trace", "explicit.json"], "", 0),  # an explicit --trace wins
+    ([], "n", 0),                           # make -n writes nothing
+])
+def test_loom_trace_dir_takes_one_new_trace_per_run(options: list[str], makeflags: str, traces_per_run: int,
+                                                    tmp_path: Path) -> None:
+    folder = tmp_path / "traces"
+    env = loom_env(tmp_path, LOOM_TRACE_DIR=str(folder), MAKEFLAGS=makeflags)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-m", "loomcli.cli", "compile", str(SAXPY), "--target", "spirv:vulkan1.3",
+                            "-o", "saxpy.spv", *options], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr
+    traces = sorted(folder.glob("loom-*.trace.json")) if folder.exists() else []
+    assert len(traces) == 2 * traces_per_run
+    for trace in traces:
+        doc = json.loads(trace.read_text())
+        assert [e["name"] for e in doc["traceEvents"]] == ["saxpy spirv:vulkan1.3"]
+        assert doc["otherData"] == {"jobserver": None, "slots": 1, "tokens_taken": 0}

@@ -74,8 +74,9 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
         printer.emit(list(product.warnings))
         files = product_files(product, requests=not no_requests)
     publish(out_dir, files)
-    for program in product.programs:
-        click.echo(product.summary(program))
+    if not quiet:
+        for program in product.programs:
+            click.echo(product.summary(program))
     return 0
 
 

@@ -1,8 +1,9 @@
 """One compile session as `loom compile` and `loom build` run it: settings
 read once (`-j`, `LOOM_JOBS`, `MAKEFLAGS`, the cache), a sink chosen for the
 amount of work (in this process for one task, the warm pool for more), every
-task timed for `--trace`, and a teardown that returns every jobserver token
-and leaves no process behind on success, failure, Ctrl-C or SIGTERM.
+task timed for `--trace` (or `LOOM_TRACE_DIR`), and a teardown that returns
+every jobserver token and leaves no process behind on success, failure,
+Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,10 @@ from loomcli.jobs.compile import CompileService
 from loomcli.jobs.jobserver import Jobserver, TokenGate, connect
 from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
 from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
+
+# A folder where every compile session without --trace writes its trace to a new file: the way to
+# see what each loom did when a build system (CMake, make, Bazel) runs it with its own arguments.
+TRACE_DIR_ENV = "LOOM_TRACE_DIR"
 
 
 class TimedInline(InlineExecutor):
@@ -133,8 +139,20 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
                 cache.record_totals()
                 if not interrupted:
                     _prune_if_large(cache)
+            if trace_path is None and not dry_run:  # make -n writes nothing
+                trace_path = _trace_file_in(os.environ.get(TRACE_DIR_ENV, ""))
             if trace_path is not None:
-                write_trace(trace_path, sink.events)
+                write_trace(trace_path, sink.events, jobserver, gate)
+
+
+def _trace_file_in(folder: str) -> str | None:
+    """A new file in `folder` (made if missing) for this session's trace; None for no folder."""
+    if not folder:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"loom-{os.getpid()}-", suffix=".trace.json", dir=folder)
+    os.close(fd)
+    return path
 
 
 def _prune_if_large(cache: Cache) -> None:
@@ -161,14 +179,21 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def write_trace(path: str, events: list[TaskEvent]) -> None:
+def write_trace(path: str, events: list[TaskEvent], jobserver: Jobserver | None = None,
+                gate: TokenGate | None = None) -> None:
     """Chrome trace-event JSON (Perfetto opens it): one complete ("X") event
-    per compile task, microseconds since the Unix epoch, pid/tid per worker."""
+    per compile task, microseconds since the Unix epoch, pid/tid per worker;
+    `otherData` says which jobserver bounded the tasks (make's `auth` text or
+    null), the slot limit and how many tokens loom took from it."""
     doc = {"traceEvents": [
         {"name": e.label, "cat": "compile", "ph": "X", "ts": e.start_us, "dur": e.dur_us, "pid": e.pid,
          "tid": e.worker, "args": {"status": e.status}}
         for e in sorted(events, key=lambda e: (e.start_us, e.worker))
-    ], "displayTimeUnit": "ms"}
+    ], "displayTimeUnit": "ms", "otherData": {
+        "jobserver": jobserver.auth if jobserver is not None else None,
+        "slots": gate.limit if gate is not None else None,
+        "tokens_taken": gate.tokens_taken if gate is not None else 0,
+    }}
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())
