@@ -41,6 +41,17 @@ def test_generated_kernels_are_well_defined(k: int, tmp_path: Path) -> None:
     assert len(outputs) == 3
 
 
+@pytest.mark.parametrize("target", ["amdgpu:gfx1100", "nvptx:sm_90"])
+def test_generated_kernels_compile_for_targets_without_a_device(target: str, tmp_path: Path) -> None:
+    """The same kernels through the instruction selectors no device here runs
+    (nvptx's PTX assembled by ptxas when it is installed)."""
+    fuzz = _fuzz()
+    for k in range(12):
+        path = tmp_path / f"k{k}.loom"
+        path.write_text(fuzz.generate(f"ci:{k}")[0])
+        assert fuzz.compile_for(str(path), target) == "", f"kernel ci:{k}"
+
+
 def test_generation_is_deterministic() -> None:
     fuzz = _fuzz()
     assert fuzz.generate("7:3") == fuzz.generate("7:3")

@@ -564,9 +564,109 @@ class _Payload:
 
     # ---------------------------------------------------------- operations
 
+    # The parts of an operation only debug information carries: out of the
+    # hot path of `op`, which files without debug information take.
+
+    def op_location(self, op: Operation, p: int, depth: int, flags: int) -> int:
+        """The op's line (zigzag delta from the previous location) and column, and its comments."""
+        data = self.data
+        line = data[p]
+        if line < 0x80:
+            p += 1
+        else:
+            line, p = _uv_slow(data, p + 1, line)
+        col = data[p]
+        if col < 0x80:
+            p += 1
+        else:
+            col, p = _uv_slow(data, p + 1, col)
+        if depth == 1:  # the payload's first location: relative to line 0
+            self.base_line = 0
+        line = self.base_line + ((line >> 1) ^ -(line & 1))
+        if line < 0:
+            raise _Malformed(p, "negative line number")
+        if depth == 1:
+            self.base_line = line
+        op.loc = (line, col)
+        if flags & _OP_COMMENTS:
+            n, p = self.count(p, "comment")
+            comments = op.comments
+            for _ in range(n):
+                c, p = self.string(p)
+                comments.append(c)
+        return p
+
+    def operand_locations(self, p: int) -> tuple[list[tuple[int, int]], int]:
+        data, end = self.data, self.end
+        n = data[p]
+        if n < 0x80:
+            p += 1
+        else:
+            n, p = _uv_slow(data, p + 1, n)
+        if n > end - p:
+            raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
+        base = self.base_line
+        locs = []
+        for _ in range(n):
+            z = data[p]
+            col = data[p + 1]
+            if z < 0x80 and col < 0x80:
+                p += 2
+                line = base + ((z >> 1) ^ -(z & 1))
+                if line >= 0:
+                    locs.append((line, col))
+                    continue
+                p -= 2
+            lc, p = self.loc(p)
+            locs.append(lc)
+        return locs, p
+
+    def written_types(self, p: int, depth: int) -> tuple[list[Any], int]:
+        """Operand types as the source wrote them where they disagree (None: as the operand's)."""
+        data = self.data
+        n, p = self.count(p, "written type")
+        written: list[Any] = []
+        for _ in range(n):
+            tag = data[p]
+            p += 1
+            if tag == 1:
+                t, p = self.type(p, depth)
+                written.append(t)
+            elif tag == 0:
+                written.append(None)
+            else:
+                raise _Malformed(p - 1, f"bad written-type tag {tag}")
+        return written, p
+
+    def attribute_locations(self, p: int) -> tuple[dict[str, tuple[int, int]], int]:
+        data, end, strs, nstrs = self.data, self.end, self.strs, self.nstrs
+        n = data[p]
+        if n < 0x80:
+            p += 1
+        else:
+            n, p = _uv_slow(data, p + 1, n)
+        if n > end - p:
+            raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
+        base = self.base_line
+        alocs = {}
+        for _ in range(n):
+            k = data[p]
+            z = data[p + 1]
+            col = data[p + 2]
+            if k < nstrs and k < 0x80 and z < 0x80 and col < 0x80:
+                line = base + ((z >> 1) ^ -(z & 1))
+                if line >= 0:
+                    alocs[strs[k]] = (line, col)
+                    p += 3
+                    continue
+            key, p = self.string(p)
+            alocs[key], p = self.loc(p)
+        return alocs, p
+
     def op(self, pos: int, depth: int) -> tuple[Operation, int]:
         """One operation, its regions included. The common cases of every
-        field are decoded inline; anything unusual goes to the helpers."""
+        field are decoded inline (this is the reader's hot loop, hence its
+        length); anything unusual goes to the helpers."""
         if depth > _MAX_DEPTH:
             raise _Malformed(pos, f"nesting deeper than {_MAX_DEPTH}")
         data = self.data
@@ -596,30 +696,7 @@ class _Payload:
         op = Operation(opdef)
         debug = self.debug
         if debug:
-            line = data[p]
-            if line < 0x80:
-                p += 1
-            else:
-                line, p = _uv_slow(data, p + 1, line)
-            col = data[p]
-            if col < 0x80:
-                p += 1
-            else:
-                col, p = _uv_slow(data, p + 1, col)
-            if depth == 1:  # the payload's first location: relative to line 0
-                self.base_line = 0
-            line = self.base_line + ((line >> 1) ^ -(line & 1))
-            if line < 0:
-                raise _Malformed(p, "negative line number")
-            if depth == 1:
-                self.base_line = line
-            op.loc = (line, col)
-            if flags & _OP_COMMENTS:
-                n, p = self.count(p, "comment")
-                comments = op.comments
-                for _ in range(n):
-                    c, p = self.string(p)
-                    comments.append(c)
+            p = self.op_location(op, p, depth, flags)
         elif flags & _OP_DEBUG_FLAGS:
             raise _Malformed(p - 1, "debug flags in a file without debug information")
         # operands
@@ -643,42 +720,9 @@ class _Payload:
                 nvalues = len(values)
                 add(v)
         if flags & _OP_OPERAND_LOCS:
-            n = data[p]
-            if n < 0x80:
-                p += 1
-            else:
-                n, p = _uv_slow(data, p + 1, n)
-            if n > end - p:
-                raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
-            base = self.base_line
-            locs = []
-            for _ in range(n):
-                z = data[p]
-                col = data[p + 1]
-                if z < 0x80 and col < 0x80:
-                    p += 2
-                    line = base + ((z >> 1) ^ -(z & 1))
-                    if line >= 0:
-                        locs.append((line, col))
-                        continue
-                    p -= 2
-                lc, p = self.loc(p)
-                locs.append(lc)
-            op.operand_locs = locs
+            op.operand_locs, p = self.operand_locations(p)
         if flags & _OP_WRITTEN_TYPES:
-            n, p = self.count(p, "written type")
-            written: list[Any] = []
-            for _ in range(n):
-                tag = data[p]
-                p += 1
-                if tag == 1:
-                    t, p = self.type(p, depth)
-                    written.append(t)
-                elif tag == 0:
-                    written.append(None)
-                else:
-                    raise _Malformed(p - 1, f"bad written-type tag {tag}")
-            op.written_types = written
+            op.written_types, p = self.written_types(p, depth)
         # region arguments
         nregions = len(opdef.regions)
         if nregions:
@@ -733,28 +777,7 @@ class _Payload:
                             continue
                 attrs[key], p = self.attr(p, depth)
         if flags & _OP_ATTR_LOCS:
-            n = data[p]
-            if n < 0x80:
-                p += 1
-            else:
-                n, p = _uv_slow(data, p + 1, n)
-            if n > end - p:
-                raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
-            base = self.base_line
-            alocs = {}
-            for _ in range(n):
-                k = data[p]
-                z = data[p + 1]
-                col = data[p + 2]
-                if k < nstrs and k < 0x80 and z < 0x80 and col < 0x80:
-                    line = base + ((z >> 1) ^ -(z & 1))
-                    if line >= 0:
-                        alocs[strs[k]] = (line, col)
-                        p += 3
-                        continue
-                key, p = self.string(p)
-                alocs[key], p = self.loc(p)
-            op.attr_locs = alocs
+            op.attr_locs, p = self.attribute_locations(p)
         # results
         n = data[p]
         if n < 0x80:
