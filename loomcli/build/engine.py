@@ -69,6 +69,7 @@ class BuildOptions:
     no_cache: bool = False
     keep_going: bool = False
     trace: str | None = None
+    jobserver_style: str = "fifo"   # the jobserver served to the workers when make offers none
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     with compile_session(options.jobs, hint, targets, no_cache=options.no_cache, warn=warn,
                          trace_path=options.trace, on_event=progress.finished,
                          on_start=lambda task, ordinal: progress.started(task.label),
-                         preload=("loomcli.build.tasks",)) as session:
+                         preload=("loomcli.build.tasks",), jobserver_style=options.jobserver_style) as session:
         if session.dry_run:
             report.dry_run = True
             for item in [*todo, *commands_todo]:
