@@ -582,14 +582,15 @@ class _Libraries:
 
     def get(self, name: str) -> Any:
         if name not in self.inputs:
+            from loomcli.build.tasks import check_unique_keys, source_key
             from loomcli.frontend import load_bytes
             from loomcli.link.index import LinkIndex, input_from_module
             from loomcli.link.linker import link
 
             lib = self.project.library(name)
             items = [input_from_module(load_bytes(self.sources.read(rel), self.sources.shown(rel)),
-                                       _stem(rel)) for rel in lib.srcs]
-            _unique_keys(items)
+                                       source_key(rel)) for rel in lib.srcs]
+            check_unique_keys(items)
             deps = [self.get(d) for d in library_closure(self.project, lib.libraries)]
             index = LinkIndex(tuple(items) + tuple(deps))
             merged = link(index, [], "merge", path=f"{name}")
@@ -624,18 +625,6 @@ class _LibraryFailed(Exception):
         self.name = name
         self.outcome = outcome
         self.first = first
-
-
-def _stem(rel: str) -> str:
-    return os.path.splitext(os.path.basename(rel))[0]
-
-
-def _unique_keys(items: list[Any]) -> None:
-    seen: dict[str, str] = {}
-    for item in items:
-        if item.key in seen:
-            raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; rename one", 1)
-        seen[item.key] = item.path
 
 
 # ---------------------------------------------------------------- outputs and state

@@ -227,7 +227,8 @@ class _Reader:
             return False
         real = self.real_folder(os.path.dirname(path))
         if real != self.real_root and not real.startswith(self.real_root + os.sep):
-            raise self.fail(line, shown, f"key `srcs`: {pattern!r} leads outside the project folder (through a symlink)")
+            raise self.fail(line, shown,
+                            f"key `srcs`: {pattern!r} leads outside the project folder (through a symlink)")
         if link:
             self.contained(path, line, shown, "srcs", pattern)
         return True
@@ -239,9 +240,8 @@ class _Reader:
         real = self.real_folders.get(folder)
         if real is None:
             parent = os.path.dirname(folder)
-            if folder == self.root or parent == folder or not folder.startswith(self.root):
-                real = os.path.realpath(folder)
-            elif stat.S_ISLNK(os.lstat(folder).st_mode):
+            if (folder == self.root or parent == folder or not folder.startswith(self.root)
+                    or stat.S_ISLNK(os.lstat(folder).st_mode)):
                 real = os.path.realpath(folder)
             else:
                 real = os.path.join(self.real_folder(parent), os.path.basename(folder))

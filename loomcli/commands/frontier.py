@@ -69,7 +69,7 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
     if compile_requests:
         if profile is None:
             raise UsageError("--compile needs --target")
-        product, compiled = _compile(options, profile, jobs, printer)
+        product, compiled = _compile(options, profile, jobs, printer, jobserver_style)
         files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
     else:
         product = build_command_product(options)
@@ -81,8 +81,8 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
     return 0
 
 
-def _compile(options: FrontierOptions, profile: Profile, jobs: int | None,
-             printer: DiagnosticPrinter) -> tuple[CommandProduct, CompiledProduct]:
+def _compile(options: FrontierOptions, profile: Profile, jobs: int | None, printer: DiagnosticPrinter,
+             jobserver_style: str = "fifo") -> tuple[CommandProduct, CompiledProduct]:
     """Build the product while its requests compile (cache first, misses through the pool)."""
     from loomcli.diagnostics import CompileError
     from loomcli.frontier import build_command_product

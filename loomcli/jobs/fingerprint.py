@@ -8,7 +8,6 @@ import hashlib
 import os
 from functools import cache
 
-
 # Stat data is trusted as a stand-in for content only when the file was last
 # changed (mtime and ctime) at least this long before it was recorded: a
 # write in the same timestamp tick as the recording (coarse file systems tick
