@@ -245,3 +245,28 @@ def test_a_worker_dying_mid_task_fails_only_its_item(tmp_path: Path) -> None:
     assert outputs(project / "build" / "loom") == want
     assert [e["name"] for e in json.loads(trace.read_text())["traceEvents"]] == [
         "set1 spirv:vulkan1.3,amdgpu:gfx1100"]
+
+
+NO_OP_PROBE = """\
+import sys
+from loomcli.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+heavy = ("llvmlite", "rich", "loomcli.ir", "loomcli.text", "loomcli.frontend", "loomcli.link", "loomcli.jobs.pool",
+         "loomcli.jobs.session", "loomcli.jobs.compile", "loomcli.emit.llvm")
+print("loaded:", " ".join(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
+"""
+
+
+def test_a_no_op_build_loads_no_compiler(tmp_path: Path) -> None:
+    """Nothing stale: no parser, IR, linker, LLVM, pool or rich (in a pipe) is imported."""
+    project = make_project(tmp_path / "p", sets=2, per_set=1, targets=TARGETS)
+    env = env_for(tmp_path / "cache")
+    argv = [sys.executable, "-c", NO_OP_PROBE, "build", str(project), "-j", "2"]  # a pipe: plain progress
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0 and "loomcli.ir" in first.stderr, first.stderr  # a real build loads them
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stderr == "loaded: \n", again.stderr
+    assert "4 up to date" in again.stdout
