@@ -30,6 +30,13 @@ def diagnostics_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def jobserver_style_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--jobserver-style, for the commands that start worker processes (TOOLCHAIN.md section 6)."""
+    return click.option("--jobserver-style", "jobserver_style", type=click.Choice(["fifo", "pipe"]), default="fifo",
+                        show_default=True, help="Without make's jobserver, parallel work serves one to the processes "
+                        "loom starts: a FIFO, or inherited pipe descriptors for clients older than make 4.4.")(f)
+
+
 class DiagnosticPrinter:
     """Prints diagnostics with their source lines; sources are read once, on demand."""
 

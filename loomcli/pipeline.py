@@ -102,6 +102,25 @@ def _link_bind(options: LinkOptions, index: LinkIndex, path: str) -> Linked:
     return Linked(result, bindings, index, diags, files)
 
 
+def link_roots(index: LinkIndex, roots: Sequence[str], path: str) -> LinkResult:
+    """Link `roots` of `index` (every exported kernel of its inputs when none
+    are named; a merge when there are none either) into a module called `path`."""
+    roots = list(roots) or default_roots(index)
+    return link(index, roots, "link" if roots else "merge", path=path)
+
+
+def bound_front_end(module: Module, bindings: ConfigBindings, pipeline: Any, origins: Mapping[str, str] | None = None,
+                    require_resolved_config: bool = False) -> FrontEnd:
+    """Apply `bindings` to a linked `module` and wrap it as the `FrontEnd`
+    every target compiles from: the end of the front half that a compile
+    request (`loomcli.jobs.compile`) and a `loom build` kernel set
+    (`loomcli.build.tasks`) share."""
+    warnings = bind_module(module, bindings, require_resolved_config, origins=origins)
+    if has_errors(warnings):
+        raise CompileError(warnings)
+    return FrontEnd(module, bindings, pipeline, warnings, [])
+
+
 def default_roots(index: LinkIndex) -> list[str]:
     """Roots of `loom compile` when none are named: every exported kernel of the inputs."""
     roots = []

@@ -136,6 +136,69 @@ def test_incremental_builds(tmp_path: Path, fresh_cache: Path) -> None:
     assert trace_events(trace) == [] and outputs(out) == second
 
 
+def _same_size_edit(path: Path) -> None:
+    """New bytes of the same length, the old mtime put back (as `touch -d` or `tar -x` would)."""
+    st = path.stat()
+    path.write_text(path.read_text().replace("mulf", "addf"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _replace_by_copy(path: Path) -> None:
+    """A different file (new inode) with the old size and mtime."""
+    st = path.stat()
+    other = path.with_suffix(".new")
+    other.write_text(path.read_text().replace("mulf", "addf"))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)
+
+
+def _touch(path: Path) -> None:
+    os.utime(path)
+
+
+@pytest.mark.parametrize("change, rebuilt", [
+    (_same_size_edit, ["set1 spirv:vulkan1.3"]),
+    (_replace_by_copy, ["set1 spirv:vulkan1.3"]),
+    (_touch, []),                                   # new stat data, same bytes: hashed again, nothing to build
+])
+def test_stat_fast_path_still_sees_every_change(tmp_path: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                change, rebuilt: list[str]) -> None:
+    """Recorded content hashes are reused only while size, mtime, ctime and
+    inode are all unchanged (loomcli.jobs.fingerprint.stat_stamp)."""
+    from loomcli.jobs import fingerprint
+
+    monkeypatch.setattr(fingerprint, "RACY_MARGIN_NS", 0)  # as if every file were old enough to be trusted
+    project = make_project(tmp_path / "p", sets=2)
+    trace = tmp_path / "t.json"
+    assert run("build", str(project), "-q") == 0
+    state_file = project / "build" / "loom" / ".loom-build.json"
+    recorded = json.loads(state_file.read_text())
+    assert sorted(recorded["inputs"]) == ["k/set0/k0.loom", "k/set0/k1.loom", "k/set1/k0.loom", "k/set1/k1.loom",
+                                          "lib/square.loom", "lib/twice.loom"]
+    before = state_file.stat()
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert trace_events(trace) == []
+    after = state_file.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # a no-op writes nothing
+    change(project / "lib" / "square.loom")
+    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    assert [e["name"] for e in trace_events(trace)] == rebuilt
+
+
+def test_files_changed_just_now_are_not_trusted_by_stat(tmp_path: Path, fresh_cache: Path) -> None:
+    """A file changed within RACY_MARGIN_NS of the build could change again in
+    the same timestamp tick: its stat data is not recorded, so it is hashed again."""
+    import time
+
+    project = make_project(tmp_path / "p", sets=1)
+    recent = time.time_ns() + 3600 * 10**9  # "just now" whatever the build's own duration
+    for source in [*project.glob("k/*/*.loom"), *project.glob("lib/*.loom")]:
+        os.utime(source, ns=(recent, recent))
+    assert run("build", str(project), "-q") == 0
+    recorded = json.loads((project / "build" / "loom" / ".loom-build.json").read_text())
+    assert recorded["inputs"] == {}
+
+
 def test_cold_cache_only_and_no_cache_give_identical_bytes(tmp_path: Path, fresh_cache: Path) -> None:
     project = make_project(tmp_path / "p", sets=3, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"))
     out = project / "build" / "loom"

@@ -147,3 +147,126 @@ def test_progress_modes_under_a_pipe(tmp_path: Path, mode: str, expect: str) -> 
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stderr == ""
     assert (expect in r.stdout) if expect else r.stdout == ""
+
+
+# A worker process that dies in the middle of a task, made deterministic
+# without a hook in loom: every process loom starts runs this
+# `sitecustomize` (PYTHONPATH reaches them), which wraps the kernel-set task
+# in pool workers. The worker that gets set1 SIGKILLs itself while running
+# it (once: a marker file remembers it), the same death as an OOM kill or a
+# segfault in LLVM, at a known point. set0 waits until set2 has started, so
+# the slot holding set0 cannot take set2: the crashed slot must, with a new
+# worker process. Each task leaves `started-<set>-<pid>` behind.
+KILLER = '''\
+import importlib.abc, os, signal, sys, time
+
+
+def _wrap(task):
+    def hooked_task(header, payload, context):
+        folder = os.environ["LOOM_TEST_HOOK_DIR"]
+        name = header["set"]
+        open(os.path.join(folder, f"started-{name}-{os.getpid()}"), "w").close()
+        if name == "set1" and not os.path.exists(os.path.join(folder, "killed")):
+            open(os.path.join(folder, "killed"), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if name == "set0":
+            deadline = time.monotonic() + 300  # a bound against a hang, not a timing assumption
+            while (not any(f.startswith("started-set2-") for f in os.listdir(folder))
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+        return task(header, payload, context)
+
+    return hooked_task
+
+
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "loomcli.build.tasks":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.kernel_set_task = _wrap(module.kernel_set_task)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "loomcli.jobs.pool" in sys.orig_argv:
+    import importlib.util
+    sys.meta_path.insert(0, _Hook())
+'''
+
+
+def test_a_worker_dying_mid_task_fails_only_its_item(tmp_path: Path) -> None:
+    """The issue's crash contract end to end: only that item fails and is
+    reported, its slot gets a new worker, the other items build, exit 3, no
+    stray file, no corrupt cache entry, and the next build restores identical bytes."""
+    import json
+
+    reference = make_project(tmp_path / "reference", sets=3, per_set=1, targets=TARGETS)
+    r = subprocess.run(loom("build", str(reference), "-q", "--no-cache"), env=env_for(tmp_path / "unused"),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    want = outputs(reference / "build" / "loom")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(KILLER)
+    project = make_project(tmp_path / "project", sets=3, per_set=1, targets=TARGETS)
+    cache = tmp_path / "cache"
+    env = env_for(cache, LOOM_TEST_HOOK_DIR=str(hooks))
+    env["PYTHONPATH"] += os.pathsep + str(hooks)
+    trace = tmp_path / "trace.json"
+    r = subprocess.run(loom("build", str(project), "-j", "2", "--keep-going", "--progress", "plain",
+                            "--trace", str(trace)), env=env, capture_output=True, text=True, timeout=600)
+    assert (hooks / "killed").exists(), r.stderr
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "loom: error: internal: set1: worker " in r.stderr and "died (signal 9, SIGKILL)" in r.stderr, r.stderr
+    assert wait_gone(cache) == [], "a worker outlived its build"
+    assert outputs(project / "build" / "loom") == {
+        name: data for name, data in want.items() if not name.split("/")[-1].startswith("set1.")}
+    assert strays(project) == []
+    entries = list(Cache(str(cache)).entries())
+    assert entries and all(_verify(Path(p).read_bytes()) is not None for p, _, _ in entries)
+    started = {f.name.split("-")[1]: int(f.name.split("-")[2]) for f in hooks.glob("started-*")}
+    assert sorted(started) == ["set0", "set1", "set2"] and len(set(started.values())) == 3
+    events = {e["name"].split()[0]: e for e in json.loads(trace.read_text())["traceEvents"]}
+    assert events["set1"]["args"]["status"] == "crashed"
+    assert events["set2"]["tid"] == events["set1"]["tid"]  # the same slot ...
+    assert events["set2"]["pid"] == started["set2"] != started["set1"]  # ... with a new worker
+    # The next build (no crash now) builds only the failed set, to the same bytes.
+    r = subprocess.run(loom("build", str(project), "-q", "--trace", str(trace)), env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert outputs(project / "build" / "loom") == want
+    assert [e["name"] for e in json.loads(trace.read_text())["traceEvents"]] == [
+        "set1 spirv:vulkan1.3,amdgpu:gfx1100"]
+
+
+NO_OP_PROBE = """\
+import sys
+from loomcli.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+heavy = ("llvmlite", "rich", "loomcli.ir", "loomcli.text", "loomcli.frontend", "loomcli.link", "loomcli.jobs.pool",
+         "loomcli.jobs.session", "loomcli.jobs.compile", "loomcli.emit.llvm")
+print("loaded:", " ".join(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
+"""
+
+
+def test_a_no_op_build_loads_no_compiler(tmp_path: Path) -> None:
+    """Nothing stale: no parser, IR, linker, LLVM, pool or rich (in a pipe) is imported."""
+    project = make_project(tmp_path / "p", sets=2, per_set=1, targets=TARGETS)
+    env = env_for(tmp_path / "cache")
+    argv = [sys.executable, "-c", NO_OP_PROBE, "build", str(project), "-j", "2"]  # a pipe: plain progress
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0 and "loomcli.ir" in first.stderr, first.stderr  # a real build loads them
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stderr == "loaded: \n", again.stderr
+    assert "4 up to date" in again.stdout

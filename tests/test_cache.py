@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,8 @@ def test_prune_evicts_least_recently_used(tmp_path: Path) -> None:
         os.utime(path, (1000 + i, 1000 + i))
     os.utime(tmp_path / "v1" / "00" / keys[0], (2000, 2000))  # the oldest was just used
     one = (tmp_path / "v1" / "11" / keys[1]).stat().st_size
-    removed, freed = cache.prune(2 * one)
-    assert (removed, freed) == (2, 2 * one)
+    removed, freed, temps = cache.prune(2 * one)
+    assert (removed, freed, temps) == (2, 2 * one, 0)
     assert [cache.get(k) is not None for k in keys] == [True, False, False, True]
 
 
@@ -155,3 +156,28 @@ def test_cache_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert run("cache", "clear") == 0
     assert "removed 1 entries" in capsys.readouterr().out
     assert (tmp_path / "a.spv").read_bytes() == (tmp_path / "b.spv").read_bytes() == (tmp_path / "c.spv").read_bytes()
+
+
+def test_prune_and_clear_remove_only_stale_temporary_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A writer that died leaves its `.tmp-*` file; one old enough
+    (STALE_TEMP_AGE_S) is removed and counted, a younger one may be a live
+    writer's and stays."""
+    from loomcli.cache import STALE_TEMP_AGE_S
+
+    monkeypatch.setenv("LOOM_CACHE_DIR", str(tmp_path))
+    cache = Cache(str(tmp_path))
+    cache.put(KEY_A, b"kept")
+    old = time.time() - STALE_TEMP_AGE_S - 60
+    for command in ("prune", "clear"):
+        dead = [tmp_path / "v1" / "aa" / ".tmp-dead1", tmp_path / ".tmp-dead2"]  # an entry's, stats.json's
+        live = tmp_path / "v1" / "aa" / ".tmp-live"
+        for path in [*dead, live]:
+            path.write_bytes(b"partial")
+        for path in dead:
+            os.utime(path, (old, old))
+        assert run("cache", command) == 0
+        assert capsys.readouterr().out.endswith(", 2 stale temporary files\n")
+        assert [p.exists() for p in dead] == [False, False] and live.exists()
+        assert (tmp_path / "v1" / "aa" / KEY_A).exists() == (command == "prune")  # under its bound / cleared
+        live.unlink()

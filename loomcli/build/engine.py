@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
     from loomcli.jobs.tasks import TaskResult
 
 STATE_FILE = ".loom-build.json"
-STATE_SCHEMA = 2
-SOURCE_KEY_SCHEMA = "loom-build-item-1"
+STATE_SCHEMA = 3
+SOURCE_KEY_SCHEMA = "loom-build-item-2"
 
 
 class Progress(Protocol):
@@ -69,6 +69,7 @@ class BuildOptions:
     no_cache: bool = False
     keep_going: bool = False
     trace: str | None = None
+    jobserver_style: str = "fifo"   # the jobserver served to the workers when make offers none
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     targets = list(dict.fromkeys(targets))
     out_dir = os.path.abspath(options.out_dir) if options.out_dir is not None else project.path(project.out_dir)
     report = BuildReport(targets, out_dir)
-    sources = _SourceReader(project)
+    recorded = _load_state(out_dir)
+    state: dict[str, Any] = recorded.get("items", {})
+    sources = _SourceReader(project, recorded)
     items = [Item(ks, t, _source_key(project, ks, t, sources), os.path.join(out_dir, t.replace(":", "-")))
              for ks in project.kernels for t in targets]
     commands = [CommandItem(c, t, _command_key(project, c, t, sources),
@@ -144,7 +147,7 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     report.counts = {t: {} for t in targets}
     totals = {t: sum(1 for i in [*items, *commands] if i.target == t) for t in targets}
     progress.plan(targets, totals)
-    state = _load_state(out_dir)
+    book = _Bookkeeping(out_dir, recorded, sources, [*items, *commands])
     todo: list[Item] = []
     for item in items:
         if _up_to_date(item, state):
@@ -160,13 +163,12 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
     rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
     new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding}
-    every: list[Item | CommandItem] = [*items, *commands]
     if not todo and not commands_todo:
         if options.trace is not None:
             from loomcli.jobs.session import write_trace
 
             write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
-        _finish(report, out_dir, new_state, every)
+        _finish(report, book, new_state)
         return report
     from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
     from loomcli.jobs.session import compile_session
@@ -180,7 +182,7 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     with compile_session(options.jobs, hint, targets, no_cache=options.no_cache, warn=warn,
                          trace_path=options.trace, on_event=progress.finished,
                          on_start=lambda task, ordinal: progress.started(task.label),
-                         preload=("loomcli.build.tasks",)) as session:
+                         preload=("loomcli.build.tasks",), jobserver_style=options.jobserver_style) as session:
         if session.dry_run:
             report.dry_run = True
             for item in [*todo, *commands_todo]:
@@ -232,8 +234,8 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
         while pending and not stop:
             stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=True)
         if stop:
-            raise _Stop(report, new_state, every)
-    _finish(report, out_dir, new_state, every)
+            raise _Stop(report, new_state, book)
+    _finish(report, book, new_state)
     return report
 
 
@@ -349,34 +351,17 @@ def _publish(item: CommandItem, files: dict[str, bytes]) -> dict[str, Any]:
 
 def _command_key(project: Project, command: CommandSet, target: str, sources: _SourceReader) -> str:
     """A [[command]]'s content key: its sources, its libraries', the config, roots, name and target."""
-    from loomcli import __version__
-    from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
-
-    h = hashlib.sha256()
-
-    def part(*values: str | bytes) -> None:
-        for v in values:
-            b = v.encode() if isinstance(v, str) else v
-            h.update(len(b).to_bytes(8, "little") + b)
-
-    part("loom-build-command-1", __version__, compiler_fingerprint(), llvm_version(), project.pipeline,
-         json.dumps(project.config, sort_keys=True, default=str), "\0".join(command.roots), command.name, target)
-    for rel in command.srcs:
-        part("src", rel, sources.read(rel))
-    for lib in library_closure(project, command.libraries):
-        for rel in project.library(lib).srcs:
-            part("lib", lib, rel, sources.read(rel))
-    return h.hexdigest()
+    return sources.key("loom-build-command-2", command.srcs, command.libraries, command.roots, command.name, target)
 
 
 class _Stop(Exception):
     """The first failure without --keep-going: leave the session (cancelling the rest)."""
 
-    def __init__(self, report: BuildReport, state: dict[str, Any], items: list[Item | CommandItem]) -> None:
+    def __init__(self, report: BuildReport, state: dict[str, Any], book: _Bookkeeping) -> None:
         super().__init__("build stopped")
         self.report = report
         self.state = state
-        self.items = items
+        self.book = book
 
 
 def run_build(project: Project, options: BuildOptions, progress: Progress,
@@ -385,7 +370,7 @@ def run_build(project: Project, options: BuildOptions, progress: Progress,
     try:
         return build_project(project, options, progress, diagnostics, warn)
     except _Stop as stop:
-        _finish(stop.report, stop.report.out_dir, stop.state, stop.items)
+        _finish(stop.report, stop.book, stop.state)
         return stop.report
 
 
@@ -474,44 +459,105 @@ def _decode(data: bytes) -> CompileOutcome | None:
 
 
 class _SourceReader:
-    """Project files, read once per build."""
+    """Project files and loom's own identity, each read or hashed at most once
+    per build, with the stat fast path of a no-op build: a file whose stat
+    stamp (`loomcli.jobs.fingerprint.stat_stamp`: size, mtime, ctime, inode,
+    recorded only once the file is old enough to be trusted) equals the one
+    the state file recorded beside its sha256 is not read; any other file is
+    read and hashed. Keys hash these content digests, never stat data, so
+    stat data decides only *whether* to hash, not what a key is."""
 
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: Project, recorded: dict[str, Any] | None = None) -> None:
+        import time
+
         self.project = project
+        self.recorded = recorded if recorded is not None else {}
+        self.now_ns = time.time_ns()
         self.data: dict[str, bytes] = {}
+        self.file_digests: dict[str, str] = {}
+        self.stamps: dict[str, list[Any]] = {}   # rel -> [sha256, *stamp] to record for the next build
         self.digests: dict[str, str] = {}
+        self.compiler_record: list[str] | None = None
+
+    def compiler(self) -> tuple[str, str]:
+        """(loom's code fingerprint, LLVM's version), from the recorded
+        fingerprint while the code files' stat stamps are unchanged."""
+        from loomcli.jobs.fingerprint import compiler_fingerprint, compiler_stamp, llvm_version
+
+        if "compiler" not in self.digests:
+            stamp = compiler_stamp()
+            known = self.recorded.get("compiler")
+            if stamp is not None and isinstance(known, list) and len(known) == 2 and known[0] == stamp:
+                fingerprint = str(known[1])
+            else:
+                fingerprint = compiler_fingerprint()
+            self.compiler_record = [stamp, fingerprint] if stamp is not None else None
+            self.digests["compiler"] = fingerprint
+        return self.digests["compiler"], llvm_version()
 
     def set_digest(self, ks: KernelSet) -> str:
         """Everything a set's outputs depend on but the target: its sources and
         those of every library it uses, the project config, pipeline, roots,
         name, loom's version and code, and LLVM's version."""
         if ks.name not in self.digests:
-            from loomcli import __version__
-            from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
-
-            h = hashlib.sha256()
-
-            def part(*values: str | bytes) -> None:
-                for v in values:
-                    b = v.encode() if isinstance(v, str) else v
-                    h.update(len(b).to_bytes(8, "little") + b)
-
-            project = self.project
-            part(SOURCE_KEY_SCHEMA, __version__, compiler_fingerprint(), llvm_version(), project.pipeline,
-                 json.dumps(project.config, sort_keys=True, default=str), "\0".join(ks.roots), ks.name)
-            for rel in ks.srcs:
-                part("src", rel, self.read(rel))
-            for lib in library_closure(project, ks.libraries):
-                for rel in project.library(lib).srcs:
-                    part("lib", lib, rel, self.read(rel))
-            self.digests[ks.name] = h.hexdigest()
+            self.digests[ks.name] = self.key(SOURCE_KEY_SCHEMA, ks.srcs, ks.libraries, ks.roots, ks.name)
         return self.digests[ks.name]
 
+    def key(self, schema: str, srcs: tuple[str, ...], libraries: tuple[str, ...], roots: tuple[str, ...],
+            name: str, *extra: str) -> str:
+        from loomcli import __version__
+
+        h = hashlib.sha256()
+
+        def part(*values: str | bytes) -> None:
+            for v in values:
+                b = v.encode() if isinstance(v, str) else v
+                h.update(len(b).to_bytes(8, "little") + b)
+
+        project = self.project
+        part(schema, __version__, *self.compiler(), project.pipeline,
+             json.dumps(project.config, sort_keys=True, default=str), "\0".join(roots), name, *extra)
+        for rel in srcs:
+            part("src", rel, self.digest(rel))
+        for lib in library_closure(project, libraries):
+            for rel in project.library(lib).srcs:
+                part("lib", lib, rel, self.digest(rel))
+        return h.hexdigest()
+
+    def digest(self, rel: str) -> str:
+        """The sha256 of a project file: the recorded one while its stat stamp holds, else hashed now."""
+        if rel not in self.file_digests:
+            from loomcli.jobs.fingerprint import stat_stamp
+
+            stamp = stat_stamp(os.stat(self.project.path(rel)), self.now_ns)
+            known = self.recorded.get("inputs", {}).get(rel)
+            if stamp is not None and isinstance(known, list) and known[1:] == stamp:
+                digest = str(known[0])
+            else:
+                digest = hashlib.sha256(self.read(rel)).hexdigest()
+            self.file_digests[rel] = digest
+            if stamp is not None:
+                self.stamps[rel] = [digest, *stamp]
+        return self.file_digests[rel]
+
     def read(self, rel: str) -> bytes:
+        """The bytes of a project file, read once. A file that no longer has the
+        content its key was computed from (edited during the build) stops the
+        build rather than publish outputs under a key that does not describe them."""
         if rel not in self.data:
             with open(self.project.path(rel), "rb") as f:
                 self.data[rel] = f.read()
+            known = self.file_digests.get(rel)
+            if known is not None and hashlib.sha256(self.data[rel]).hexdigest() != known:
+                raise LoomError(f"{self.shown(rel)}: changed during the build; build again", 1)
         return self.data[rel]
+
+    def record(self) -> dict[str, Any]:
+        """What the state file keeps for the next build's fast path."""
+        doc: dict[str, Any] = {"inputs": dict(sorted(self.stamps.items()))}
+        if self.compiler_record is not None:
+            doc["compiler"] = self.compiler_record
+        return doc
 
     def shown(self, rel: str) -> str:
         from loomcli.frontend import display_path
@@ -536,14 +582,15 @@ class _Libraries:
 
     def get(self, name: str) -> Any:
         if name not in self.inputs:
+            from loomcli.build.tasks import check_unique_keys, source_key
             from loomcli.frontend import load_bytes
             from loomcli.link.index import LinkIndex, input_from_module
             from loomcli.link.linker import link
 
             lib = self.project.library(name)
             items = [input_from_module(load_bytes(self.sources.read(rel), self.sources.shown(rel)),
-                                       _stem(rel)) for rel in lib.srcs]
-            _unique_keys(items)
+                                       source_key(rel)) for rel in lib.srcs]
+            check_unique_keys(items)
             deps = [self.get(d) for d in library_closure(self.project, lib.libraries)]
             index = LinkIndex(tuple(items) + tuple(deps))
             merged = link(index, [], "merge", path=f"{name}")
@@ -580,18 +627,6 @@ class _LibraryFailed(Exception):
         self.first = first
 
 
-def _stem(rel: str) -> str:
-    return os.path.splitext(os.path.basename(rel))[0]
-
-
-def _unique_keys(items: list[Any]) -> None:
-    seen: dict[str, str] = {}
-    for item in items:
-        if item.key in seen:
-            raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; rename one", 1)
-        seen[item.key] = item.path
-
-
 # ---------------------------------------------------------------- outputs and state
 
 
@@ -615,11 +650,14 @@ def _write(item: Item, outcome: CompileOutcome) -> dict[str, Any]:
 
 
 def _load_state(out_dir: str) -> dict[str, Any]:
+    """The state file's document (`items`, and the `inputs` and `compiler`
+    records of the stat fast path); empty when missing or of another schema."""
     try:
         with open(os.path.join(out_dir, STATE_FILE)) as f:
             doc = json.load(f)
-        if doc.get("schema") == STATE_SCHEMA and isinstance(doc.get("items"), dict):
-            return doc["items"]
+        if (doc.get("schema") == STATE_SCHEMA and isinstance(doc.get("items"), dict)
+                and isinstance(doc.get("inputs", {}), dict)):
+            return dict(doc)
     except (OSError, ValueError, AttributeError):
         pass
     return {}
@@ -651,12 +689,25 @@ def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> bool:
     return True
 
 
-def _finish(report: BuildReport, out_dir: str, state: dict[str, Any], items: list[Item | CommandItem]) -> None:
+@dataclass
+class _Bookkeeping:
+    """What `_finish` needs to write the state file: where, what it held, and this build's inputs."""
+
+    out_dir: str
+    recorded: dict[str, Any]
+    sources: _SourceReader
+    items: list[Item | CommandItem]
+
+
+def _finish(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> None:
+    """Write the state file (only when it changes: a no-op build writes nothing) and list the outputs."""
+    out_dir = book.out_dir
     if state or os.path.isdir(out_dir):
-        os.makedirs(out_dir, exist_ok=True)
-        doc = {"schema": STATE_SCHEMA, "items": dict(sorted(state.items()))}
-        atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, indent=1) + "\n").encode())
-    report.outputs = sorted(f"{os.path.relpath(i.folder, out_dir).replace(os.sep, '/')}/{f}" for i in items
+        doc = {"schema": STATE_SCHEMA, **book.sources.record(), "items": dict(sorted(state.items()))}
+        if doc != book.recorded:
+            os.makedirs(out_dir, exist_ok=True)
+            atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, indent=1) + "\n").encode())
+    report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}" for i in book.items
                             if _state_name(i) in state for f in state[_state_name(i)]["files"])
 
 

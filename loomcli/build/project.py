@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,32 +85,41 @@ _KEYS = {
 
 
 class _Locator:
-    """Finds the line of a key for messages: tomllib gives no positions."""
+    """Finds the line of a key for messages: tomllib gives no positions.
+    Section headers are indexed once, so a project of many tables costs one
+    pass over the text, not one per lookup."""
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*(?:\"([^\"]*)\"|([^\]\s]+))\s*\]")
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
-
-    def _section(self, table: str, index: int | None) -> tuple[int, int]:
-        """Line range (0-based, end exclusive) of `[table]` or the index-th `[[table]]`."""
-        header = re.compile(rf"^\s*\[\[\s*{re.escape(table)}\s*\]\]" if index is not None
-                            else rf"^\s*\[\s*{re.escape(table)}\s*\]")
-        count = -1
-        start = None
+        # (table, index or None) -> (start, end) line range, 0-based, end exclusive
+        self.sections: dict[tuple[str, int | None], tuple[int, int]] = {}
+        counts: dict[str, int] = {}
+        open_section: tuple[str, int | None] | None = None
         for i, line in enumerate(self.lines):
-            if start is None:
-                if header.match(line):
-                    count += 1
-                    if index is None or count == index:
-                        start = i
-            elif re.match(r"^\s*\[", line):
-                return start, i
-        return (start, len(self.lines)) if start is not None else (-1, -1)
+            m = self._HEADER.match(line)
+            if m is None:
+                continue
+            if open_section is not None:
+                self.sections[open_section] = (self.sections[open_section][0], i)
+                open_section = None
+            name = m.group(2) if m.group(2) is not None else m.group(3)
+            if m.group(1) == "[[":
+                index = counts.get(name, -1) + 1
+                counts[name] = index
+                open_section = (name, index)
+            else:
+                open_section = (name, None)
+            self.sections.setdefault(open_section, (i, len(self.lines)))
+        if open_section is not None:
+            self.sections[open_section] = (self.sections[open_section][0], len(self.lines))
 
     def line(self, table: str | None, index: int | None = None, key: str | None = None) -> int:
         if table is None:
             start, end = 0, len(self.lines)
         else:
-            start, end = self._section(table, index)
+            start, end = self.sections.get((table, index), (-1, -1))
             if start < 0:
                 return 1
         if key is None:
@@ -125,6 +135,7 @@ class _Reader:
     def __init__(self, root: str, file: str, text: str) -> None:
         self.root = root
         self.real_root = os.path.realpath(root)
+        self.real_folders: dict[str, str] = {}   # folder -> its realpath (see real_folder)
         self.file = file
         self.at = _Locator(text)
 
@@ -191,16 +202,51 @@ class _Reader:
     def sources(self, patterns: tuple[str, ...], name: str, index: int, shown: str) -> tuple[str, ...]:
         line = self.at.line(name, index, "srcs")
         found: dict[str, None] = {}
+        prefix = os.path.join(self.root, "")
         for pattern in patterns:
             rel = self.inside(pattern, line, shown, "srcs")
             matches = sorted(glob.glob(os.path.join(self.root, *rel.split("/")), recursive=True))
-            matches = [m for m in matches if os.path.isfile(m)]
+            matches = [m for m in matches if self.regular_file_inside(m, line, shown, pattern)]
             if not matches:
                 raise self.fail(line, shown, f"key `srcs`: {pattern!r} matches no file")
             for m in matches:
-                self.contained(m, line, shown, "srcs", pattern)
-                found.setdefault(os.path.relpath(m, self.root).replace(os.sep, "/"), None)
+                found.setdefault(m[len(prefix):].replace(os.sep, "/"), None)
         return tuple(found)
+
+    def regular_file_inside(self, path: str, line: int, shown: str, pattern: str) -> bool:
+        """Whether a glob match is a file (symlinks followed), refusing one that
+        resolves outside the project. Folders are resolved once each and a file
+        only when it is itself a symlink: a project of many sources in few
+        folders costs one lstat per file, not one per path component."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        link = stat.S_ISLNK(st.st_mode)
+        if not (os.path.isfile(path) if link else stat.S_ISREG(st.st_mode)):
+            return False
+        real = self.real_folder(os.path.dirname(path))
+        if real != self.real_root and not real.startswith(self.real_root + os.sep):
+            raise self.fail(line, shown,
+                            f"key `srcs`: {pattern!r} leads outside the project folder (through a symlink)")
+        if link:
+            self.contained(path, line, shown, "srcs", pattern)
+        return True
+
+    def real_folder(self, folder: str) -> str:
+        """`os.path.realpath` of a folder at or under the project root, built
+        from its parent's (one lstat per folder instead of one per path
+        component of every file)."""
+        real = self.real_folders.get(folder)
+        if real is None:
+            parent = os.path.dirname(folder)
+            if (folder == self.root or parent == folder or not folder.startswith(self.root)
+                    or stat.S_ISLNK(os.lstat(folder).st_mode)):
+                real = os.path.realpath(folder)
+            else:
+                real = os.path.join(self.real_folder(parent), os.path.basename(folder))
+            self.real_folders[folder] = real
+        return real
 
 
 def load_project(folder: str, file: str | None = None) -> Project:

@@ -44,6 +44,22 @@ def split(payload: bytes, lengths: list[int]) -> list[bytes]:
     return out
 
 
+def source_key(path: str) -> str:
+    """A source's key in a set's link index: its file name's stem."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def check_unique_keys(items: list[Any]) -> None:
+    """Link inputs of one set (or library) must have distinct keys."""
+    seen: dict[str, str] = {}
+    for item in items:
+        if item.key in seen:
+            from loomcli.errors import LoomError
+
+            raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; rename one", 1)
+        seen[item.key] = item.path
+
+
 def _library(name: str, digest: str, data: bytes) -> Any:
     if digest not in _LIBRARIES:
         from loomcli.frontend import load_bytes
@@ -58,10 +74,8 @@ def front_end(header: dict[str, Any], sources: list[bytes], libraries: list[byte
     from loomcli.frontend import load_bytes
     from loomcli.ir.gcpause import gc_paused
     from loomcli.link.index import LinkIndex, input_from_module
-    from loomcli.link.linker import link
-    from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
-    from loomcli.pipeline import FrontEnd, LinkOptions, collect_bindings, default_roots
+    from loomcli.pipeline import LinkOptions, bound_front_end, collect_bindings, link_roots
 
     with gc_paused():
         pipeline = parse_pipeline(header["pipeline"])
@@ -69,29 +83,17 @@ def front_end(header: dict[str, Any], sources: list[bytes], libraries: list[byte
         errors: list[Diagnostic] = []
         for shown, data in zip(header["srcs"], sources):
             try:
-                inputs.append(input_from_module(load_bytes(data, shown), os.path.splitext(os.path.basename(shown))[0]))
+                inputs.append(input_from_module(load_bytes(data, shown), source_key(shown)))
             except CompileError as e:
                 errors += e.diagnostics
         if errors:
             raise CompileError(errors)
-        seen: dict[str, str] = {}
-        for item in inputs:
-            if item.key in seen:
-                from loomcli.errors import LoomError
-
-                raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; "
-                                f"rename one", 1)
-            seen[item.key] = item.path
+        check_unique_keys(inputs)
         libs = [_library(name, digest, data) for (name, digest), data in zip(header["libraries"], libraries)]
         index = LinkIndex(tuple(inputs) + tuple(sorted(libs, key=lambda i: i.key)))
-        roots = list(header["roots"]) or default_roots(index)
-        result = link(index, roots, "link" if roots else "merge", path=header["srcs"][0])
+        result = link_roots(index, header["roots"], header["srcs"][0])
         options = LinkOptions(inputs=[], project_config=header["config"], project_path=header["project_file"])
-        bindings = collect_bindings(options, index)
-        warnings = bind_module(result.module, bindings, False, origins=result.origins)
-        if any(d.severity == "error" for d in warnings):
-            raise CompileError(warnings)
-        return FrontEnd(result.module, bindings, pipeline, warnings, [])
+        return bound_front_end(result.module, collect_bindings(options, index), pipeline, result.origins)
 
 
 def run_kernel_set(header: dict[str, Any], payload: bytes) -> tuple[bool, list[CompileOutcome]]:

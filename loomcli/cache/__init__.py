@@ -26,8 +26,10 @@ import re
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAGIC = b"LOOMCACHE1\n"
 _HEAD = struct.Struct("<32sQ")
@@ -56,6 +58,24 @@ def default_root(environ: Mapping[str, str] | None = None) -> str:
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get("LOOM_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# Writers publish through a temporary file (`TEMP_PREFIX`...) renamed into
+# place; a writer holds it only for one `put` (milliseconds, seconds for a
+# large entry on a slow disk). One older than STALE_TEMP_AGE_S belongs to a
+# writer that died (SIGKILL, power loss) and will never be renamed, so prune
+# and clear remove it. A younger one is left alone: removing a live writer's
+# file would make its rename fail, and that writer would then build without
+# its cache. An hour is far beyond any live write and still reclaims the
+# leftovers the next time anyone prunes.
+TEMP_PREFIX = ".tmp-"
+STALE_TEMP_AGE_S = 3600
+
+
+class Pruned(NamedTuple):
+    entries: int      # entries removed
+    bytes: int        # their bytes
+    temps: int        # stale temporary files removed
 
 
 @dataclass
@@ -115,7 +135,7 @@ class Cache:
         tmp = None
         try:
             os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + _HEAD.pack(hashlib.sha256(data).digest(), len(data)) + data)
             os.replace(tmp, path)
@@ -168,9 +188,11 @@ class Cache:
             size += n
         return count, size
 
-    def prune(self, max_size: int | None = None) -> tuple[int, int]:
-        """Evict least recently used entries until the cache fits; (removed, bytes freed)."""
+    def prune(self, max_size: int | None = None) -> Pruned:
+        """Evict least recently used entries until the cache fits, and remove
+        the stale temporary files of writers that died (`remove_stale_temps`)."""
         limit = self.max_size if max_size is None else max_size
+        temps = self.remove_stale_temps()
         items = sorted(self.entries(), key=lambda e: (e[2], e[0]))
         total = sum(n for _, n, _ in items)
         removed = freed = 0
@@ -182,19 +204,38 @@ class Cache:
                 removed += 1
                 freed += n
             total -= n
-        return removed, freed
+        return Pruned(removed, freed, temps)
 
-    def clear(self) -> int:
-        """Remove every entry (and stray temporary files); the count removed."""
-        removed = 0
-        base = os.path.join(self.root, "v1")
-        for folder, _, files in os.walk(base):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
-                    removed += _KEY.match(name) is not None
+    def clear(self) -> Pruned:
+        """Remove every entry, the counters and the stale temporary files (a
+        younger temporary file may be a live writer's, and stays)."""
+        temps = self.remove_stale_temps()
+        removed = freed = 0
+        for path, n, _ in list(self.entries()):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
+                freed += n
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.root, "stats.json"))
+        return Pruned(removed, freed, temps)
+
+    def remove_stale_temps(self, now: float | None = None) -> int:
+        """Remove temporary files (`.tmp-*`, in the cache folder and its
+        shards) last written more than STALE_TEMP_AGE_S ago; the count removed."""
+        limit = (time.time() if now is None else now) - STALE_TEMP_AGE_S
+        removed = 0
+        for folder, _, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    if os.lstat(path).st_mtime < limit:
+                        os.unlink(path)
+                        removed += 1
+                except OSError:  # renamed or removed meanwhile by its writer or another pruner
+                    continue
         return removed
 
     # ------------------------------------------------------------ totals across runs
@@ -213,7 +254,7 @@ class Cache:
                 for k, v in vars(self.stats).items():
                     totals[k] = totals.get(k, 0) + v
                 path = os.path.join(self.root, "stats.json")
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.root)
+                fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.root)
                 with os.fdopen(fd, "w") as f:
                     json.dump(totals, f, sort_keys=True)
                 os.replace(tmp, path)

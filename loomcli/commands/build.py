@@ -6,7 +6,7 @@ import os
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option, jobserver_style_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,10 +22,11 @@ from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
 @click.option("--progress", "progress_mode", type=click.Choice(["auto", "rich", "plain", "none"]), default="auto",
               show_default=True, help="Live display in a terminal, plain lines, or nothing.")
 @click.option("--trace", "trace_path", metavar="FILE", help="Write a Chrome trace (JSON) of the compile tasks.")
+@jobserver_style_option
 @diagnostics_option
 def build(directory: str, toml_file: str | None, jobs: int | None, targets: tuple[str, ...], out_dir: str | None,
           package: bool, no_cache: bool, keep_going: bool, progress_mode: str, trace_path: str | None,
-          diagnostics_format: str, quiet: bool, verbose: bool) -> int:
+          jobserver_style: str, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Build every library, kernel set and command program of a project, for every target."""
     from loomcli import __version__
     from loomcli.build.engine import BuildOptions, run_build
@@ -45,7 +46,7 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
             progress.message(f"loom: warning: {message}")
 
     options = BuildOptions(targets=targets, out_dir=out_dir, jobs=jobs, no_cache=no_cache, keep_going=keep_going,
-                           trace=trace_path)
+                           trace=trace_path, jobserver_style=jobserver_style)
     try:
         report = run_build(project, options, progress, printer.emit, warn)
     except BaseException as e:

@@ -61,9 +61,9 @@ def stats(as_json: bool) -> int:
 
 @cache.command()
 def clear() -> int:
-    """Remove every entry."""
-    removed = _cache().clear()
-    click.echo(f"removed {removed} entries")
+    """Remove every entry (and temporary files that writers which died left behind)."""
+    done = _cache().clear()
+    click.echo(f"removed {done.entries} entries ({_human(done.bytes)}), {done.temps} stale temporary files")
     return 0
 
 
@@ -71,7 +71,7 @@ def clear() -> int:
 @click.option("--max-size", "max_size", metavar="S", help="Size to prune to, e.g. 500M or 2G "
               "(default: LOOM_CACHE_MAX_SIZE, else 2G).")
 def prune(max_size: str | None) -> int:
-    """Evict least recently used entries until the cache fits."""
+    """Evict least recently used entries until the cache fits; remove stale temporary files."""
     from loomcli.cache import parse_size
 
     c = _cache()
@@ -81,8 +81,8 @@ def prune(max_size: str | None) -> int:
             limit = parse_size(max_size)
         except ValueError as e:
             raise UsageError(f"--max-size: {e}") from None
-    removed, freed = c.prune(limit)
-    click.echo(f"removed {removed} entries ({_human(freed)})")
+    done = c.prune(limit)
+    click.echo(f"removed {done.entries} entries ({_human(done.bytes)}), {done.temps} stale temporary files")
     return 0
 
 

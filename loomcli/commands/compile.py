@@ -14,7 +14,7 @@ import os
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option, jobserver_style_option
 from loomcli.emit import FORMATS as ARTIFACT_FORMATS
 
 MODULE_FORMATS = {".loombc": "loom-bytecode", ".loom": "loom-text"}
@@ -50,13 +50,14 @@ POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process
               "else the usable CPUs; under make, its jobserver bounds it).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the compile cache.")
 @click.option("--trace", "trace_path", metavar="FILE", help="Write a Chrome trace (JSON) of the compile tasks.")
+@jobserver_style_option
 @diagnostics_option
 def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str | None, targets: tuple[str, ...],
             target_env: str | None, roots: tuple[str, ...], libraries: tuple[str, ...],
             config_pairs: tuple[str, ...], config_files: tuple[str, ...], pipeline: str,
             require_resolved_config: bool, launch_path: str | None, manifest_path: str | None,
             print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
-            jobs: int | None, no_cache: bool, trace_path: str | None,
+            jobs: int | None, no_cache: bool, trace_path: str | None, jobserver_style: str,
             diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
     from loomcli.emit.artifacts import format_for
@@ -142,7 +143,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     # for several targets of a large module, not for a small one.
     parallel = len(plans) if len(plans) > 1 and len(module_bytes) >= POOL_MODULE_BYTES else 1
     with compile_session(jobs, parallel, targets_named, no_cache=no_cache, warn=warn,
-                         trace_path=trace_path) as session:
+                         trace_path=trace_path, jobserver_style=jobserver_style) as session:
         if session.dry_run:
             return 0  # make -n: say nothing, write nothing
         futures = [session.service.submit(req, f"{stem} {req.target or 'module'}") for *_, req in plans]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option, jobserver_style_option
 
 if TYPE_CHECKING:
     from loomcli.frontier import CommandProduct, FrontierOptions
@@ -38,11 +38,13 @@ if TYPE_CHECKING:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N",
               help="Compile workers for --compile (default: LOOM_JOBS, else the usable CPUs).")
 @click.option("--print", "print_path", metavar="X.loomcmd", help="Print a command file's tree and exit.")
+@jobserver_style_option
 @diagnostics_option
 def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[str, ...],
              config_pairs: tuple[str, ...], config_files: tuple[str, ...], specs: tuple[str, ...],
              target: str | None, out_dir: str | None, no_requests: bool, compile_requests: bool,
-             jobs: int | None, print_path: str | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
+             jobs: int | None, print_path: str | None, jobserver_style: str, diagnostics_format: str, quiet: bool,
+             verbose: bool) -> int:
     """Build the command-program product of COMMAND.loom: command bytes, requirements, kernel requests."""
     if print_path is not None:
         if input_path is not None:
@@ -67,7 +69,7 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
     if compile_requests:
         if profile is None:
             raise UsageError("--compile needs --target")
-        product, compiled = _compile(options, profile, jobs, printer)
+        product, compiled = _compile(options, profile, jobs, printer, jobserver_style)
         files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
     else:
         product = build_command_product(options)
@@ -80,8 +82,8 @@ def frontier(input_path: str | None, libraries: tuple[str, ...], roots: tuple[st
     return 0
 
 
-def _compile(options: FrontierOptions, profile: Profile, jobs: int | None,
-             printer: DiagnosticPrinter) -> tuple[CommandProduct, CompiledProduct]:
+def _compile(options: FrontierOptions, profile: Profile, jobs: int | None, printer: DiagnosticPrinter,
+             jobserver_style: str = "fifo") -> tuple[CommandProduct, CompiledProduct]:
     """Build the product while its requests compile (cache first, misses through the pool)."""
     from loomcli.diagnostics import CompileError
     from loomcli.frontier import build_command_product
@@ -92,7 +94,8 @@ def _compile(options: FrontierOptions, profile: Profile, jobs: int | None,
     def warn(message: str) -> None:
         click.echo(f"loom: warning: {message}", err=True)
 
-    with compile_session(jobs, resolve_jobs(jobs), [profile.name], warn=warn) as session:
+    with compile_session(jobs, resolve_jobs(jobs), [profile.name], warn=warn,
+                         jobserver_style=jobserver_style) as session:
         compiler = RequestCompiler(session.service, profile)
         try:
             product = build_command_product(options, compiler)

@@ -160,10 +160,8 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     from loomcli.ir.gcpause import gc_paused
     from loomcli.link.config import BindingCollector
     from loomcli.link.index import LinkIndex, input_from_module
-    from loomcli.link.linker import link
-    from loomcli.passes.bind import bind_module
     from loomcli.passes.pipeline import parse_pipeline
-    from loomcli.pipeline import FrontEnd, default_roots
+    from loomcli.pipeline import bound_front_end, link_roots
     from loomcli.targets.profiles import parse_target
 
     if request.format not in TARGET_FORMATS + MODULE_FORMATS:
@@ -181,19 +179,14 @@ def _compile(request: CompileRequest) -> CompileOutcome:
         origins: dict[str, str] = {}
         if not request.linked:
             index = LinkIndex((input_from_module(module, os.path.splitext(os.path.basename(module.path))[0] or "m"),))
-            roots = list(request.roots) or default_roots(index)
-            result = link(index, roots, "link" if roots else "merge", path=module.path)
+            result = link_roots(index, request.roots, module.path)
             module, origins = result.module, result.origins
         collector = BindingCollector()
         collector.add_flags(f"{k}={v}" for k, v in request.config)
         collector.add_module_defs(module)
         if collector.diags:
             raise CompileError(collector.diags)
-        bindings = collector.result()
-        warnings = bind_module(module, bindings, request.require_resolved_config, origins=origins)
-        if any(d.severity == "error" for d in warnings):
-            raise CompileError(warnings)
-        front = FrontEnd(module, bindings, pipeline, warnings, [])
+        front = bound_front_end(module, collector.result(), pipeline, origins, request.require_resolved_config)
     return outcome_for(front, profile, request.format, request.launch_config, request.manifest,
                        request.artifact_name, request.launch_config_name)
 

@@ -113,9 +113,13 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
+        from loomcli.jobs.jobserver import inherited_fds
+
+        # The jobserver MAKEFLAGS advertises stays usable in the child (a pipe
+        # one needs its descriptors; every other descriptor is closed).
         self.proc = subprocess.Popen([sys.executable, "-m", self.entry, *self.args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
-                                     close_fds=True)
+                                     close_fds=True, pass_fds=inherited_fds(env))
         return self.proc
 
     def _reap(self) -> None:

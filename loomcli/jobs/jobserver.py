@@ -15,6 +15,13 @@ holding a lock, and several coordinator threads can wait on one pool.
 
 `TokenGate` is what the pool uses: the implicit slot first, then tokens;
 `release` puts back exactly what `acquire` handed out, on every path.
+
+Without an inherited jobserver, a parallel loom is the server
+(`JobserverServer`): `-j N` makes a pool of N-1 tokens, a FIFO in a private
+0700 temporary folder (or, `--jobserver-style pipe`, an inherited pipe for
+clients older than GNU make 4.4), advertised in `MAKEFLAGS` to the
+processes loom starts and used by loom's own gate like make's. At exit
+every token must be back (the audit) and the FIFO and its folder go.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from __future__ import annotations
 import errno
 import os
 import select
+import shutil
 import stat
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -150,6 +159,103 @@ def connect(environ: dict[str, str] | None = None) -> tuple[Jobserver | None, st
         return Jobserver(flags.auth), None, flags.dry_run
     except JobserverError as e:
         return None, f"jobserver unusable, building serially: {e}", flags.dry_run
+
+
+JOBSERVER_STYLES = ("fifo", "pipe")
+TOKEN = b"+"  # what GNU make writes; clients hand back whatever byte they took
+
+
+class JobserverServer:
+    """Our own token pool of `tokens` tokens (see the module docstring).
+
+    `makeflags` is the MAKEFLAGS value that advertises it; `client()` is a
+    `Jobserver` on it for loom's own gate; `close()` audits and removes it
+    and returns how many tokens were missing (0: all back)."""
+
+    def __init__(self, jobs: int, style: str = "fifo") -> None:
+        if style not in JOBSERVER_STYLES:
+            raise ValueError(f"unknown jobserver style {style!r}")
+        self.tokens = max(0, jobs - 1)
+        self.style = style
+        self.folder: str | None = None
+        self._fds: list[int] = []
+        self._reader = -1     # a non-blocking description of our own, for the audit
+        if style == "fifo":
+            self.folder = tempfile.mkdtemp(prefix="loom-jobserver-")  # 0700: only this user reaches the FIFO
+            path = os.path.join(self.folder, "fifo")
+            os.mkfifo(path, 0o600)
+            # Held open for reading and writing for the server's lifetime, so a
+            # client never sees end-of-file or ENXIO between its opens.
+            self._reader = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._fds.append(self._reader)
+            writer = self._reader
+            self.auth = f"fifo:{path}"
+            self.makeflags = f"-j{jobs} --jobserver-auth={self.auth}"
+        else:
+            r, w = os.pipe()
+            os.set_inheritable(r, True)
+            os.set_inheritable(w, True)
+            self._fds += [r, w]
+            self._reader = os.open(f"/proc/self/fd/{r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._fds.append(self._reader)
+            writer = w
+            self.auth = f"{r},{w}"
+            # make 4.2+ reads --jobserver-auth, older ones --jobserver-fds.
+            self.makeflags = f"-j{jobs} --jobserver-fds={self.auth} --jobserver-auth={self.auth}"
+        os.write(writer, TOKEN * self.tokens)
+
+    def client(self) -> Jobserver:
+        return Jobserver(self.auth)
+
+    def environ(self, base: dict[str, str]) -> dict[str, str]:
+        """`base` with MAKEFLAGS advertising this pool (other make flags kept)."""
+        env = dict(base)
+        flags, sep, assignments = env.get("MAKEFLAGS", "").partition(" -- ")
+        words = [w for w in flags.split() if not w.startswith(("--jobserver-auth=", "--jobserver-fds=", "-j"))]
+        env["MAKEFLAGS"] = " ".join([*words, self.makeflags]) + (sep + assignments if sep else "")
+        return env
+
+    def close(self) -> int:
+        """Take every token back, remove the pool; the number of tokens missing."""
+        back = 0
+        if self._reader >= 0:
+            while True:
+                try:
+                    data = os.read(self._reader, 4096)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if not data:
+                    break
+                back += len(data)
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
+        self._reader = -1
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+        return max(0, self.tokens - back)
+
+
+def inherited_fds(environ: dict[str, str] | None = None) -> tuple[int, ...]:
+    """The pipe descriptors MAKEFLAGS advertises that are open here: a
+    child process must inherit them to use the jobserver it is told about."""
+    env = os.environ if environ is None else environ
+    auth = parse_makeflags(env.get("MAKEFLAGS")).auth
+    if auth is None or auth.startswith("fifo:"):
+        return ()
+    fds = []
+    for part in auth.split(","):
+        try:
+            fd = int(part)
+            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                fds.append(fd)
+        except (ValueError, OSError):
+            continue
+    return tuple(fds)
 
 
 class TokenGate:

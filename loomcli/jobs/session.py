@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from loomcli.cache import Cache, open_cache
 from loomcli.errors import atomic_write
 from loomcli.jobs.compile import CompileService
-from loomcli.jobs.jobserver import Jobserver, TokenGate, connect
+from loomcli.jobs.jobserver import Jobserver, JobserverServer, TokenGate, connect
 from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
 from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
 
@@ -94,8 +94,10 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
                     warn: Callable[[str], None] | None = None, trace_path: str | None = None,
                     on_event: Callable[[TaskEvent], None] | None = None,
                     on_start: Callable[[Task, int], None] | None = None,
-                    preload: tuple[str, ...] = ()) -> Iterator[Session]:
-    """A session with a sink sized for `tasks_hint` tasks (see the module docstring)."""
+                    preload: tuple[str, ...] = (), jobserver_style: str = "fifo") -> Iterator[Session]:
+    """A session with a sink sized for `tasks_hint` tasks (see the module docstring).
+    A parallel session without an inherited jobserver serves its own
+    (`JobserverServer` of `jobserver_style`) to the processes it starts."""
     warned: list[str] = []
 
     def say(message: str) -> None:
@@ -113,15 +115,18 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
         n = resolve_jobs(None)  # the tokens bound concurrency; -j only caps the workers
     cache = open_cache(no_cache, warn=say)
     width = max(1, min(n, tasks_hint))
-    gate = TokenGate(jobserver, width)
-    sink: TimedInline | WorkerPool
-    if width <= 1:
-        sink = TimedInline(gate, on_event)
-    else:
-        sink = WorkerPool(width, preload_for(targets, preload), gate, on_event=on_event, on_start=on_start)
-    session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
-    interrupted = False
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), _served_jobserver(jobserver is None and problem is None and not dry_run
+                                                    and width > 1, n, jobserver_style, say) as server:
+        if server is not None:
+            jobserver = server.client()
+        gate = TokenGate(jobserver, width)
+        sink: TimedInline | WorkerPool
+        if width <= 1:
+            sink = TimedInline(gate, on_event)
+        else:
+            sink = WorkerPool(width, preload_for(targets, preload), gate, on_event=on_event, on_start=on_start)
+        session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
+        interrupted = False
         try:
             yield session
         except BaseException:
@@ -153,6 +158,30 @@ def _trace_file_in(folder: str) -> str | None:
     fd, path = tempfile.mkstemp(prefix=f"loom-{os.getpid()}-", suffix=".trace.json", dir=folder)
     os.close(fd)
     return path
+
+
+@contextlib.contextmanager
+def _served_jobserver(wanted: bool, jobs: int, style: str,
+                      say: Callable[[str], None]) -> Iterator[JobserverServer | None]:
+    """Our own jobserver while the session runs, advertised in this
+    process's MAKEFLAGS (so every process it starts inherits it), then
+    audited and removed, the old MAKEFLAGS restored, on every exit path."""
+    if not wanted:
+        yield None
+        return
+    server = JobserverServer(jobs, style)
+    saved = os.environ.get("MAKEFLAGS")
+    try:
+        os.environ["MAKEFLAGS"] = server.environ(dict(os.environ))["MAKEFLAGS"]
+        yield server
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
+        missing = server.close()
+        if missing:
+            say(f"jobserver: {missing} of {server.tokens} tokens were not returned by the processes loom started")
 
 
 def _prune_if_large(cache: Cache) -> None:
