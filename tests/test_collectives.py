@@ -181,6 +181,34 @@ def assert_same(launcher: PairedLauncher) -> None:
             assert w == g, f"@{callee}: buffer {k} differs after expand-collectives"
 
 
+DEVICE_TARGETS = ["amdgpu:gfx1100", "amdgpu:gfx942", "spirv:vulkan1.3", "nvptx:sm_90"]
+
+
+@pytest.mark.parametrize("target", DEVICE_TARGETS)
+@pytest.mark.parametrize("path", [ROOT / "tests" / "amdgpu" / "collectives.loom", *FILES],
+                         ids=["collectives.loom"] + [p.name for p in FILES])
+def test_expansion_keeps_workgroup_storage_bytes(path: Path, target: str) -> None:
+    """The contract's workgroup_storage_bytes (allocas plus reduction scratch,
+    LANGUAGE.md 17.28) is the plain alloca walk of the legalized kernel, so
+    manifests and launch configs read the same value from either module."""
+    from loomcli.emit.artifacts import legalize
+    from loomcli.targets.abi import exported_kernels, workgroup_allocas_bytes, workgroup_storage_bytes
+    from loomcli.targets.profiles import parse_target
+
+    profile = parse_target(target)
+    if profile.family == "spirv" and path.name == "collectives.loom":
+        pytest.skip("a workgroup size from the workload is TARGET/002 on spirv")
+    compiled = compile_module(CompileOptions(input=str(path), profile=profile, for_execution=True)).module
+    legal = legalize(compiled, profile)
+    assert "expand-collectives" in profile.legalize
+    kernels = {k.attrs["sym"]: k for k in exported_kernels(legal, {op.attrs["sym"] for op in legal.ops
+                                                                   if op.name == "kernel.def"})}
+    for kernel in exported_kernels(compiled, set(kernels)):
+        size = profile.subgroup_size
+        want = workgroup_storage_bytes(kernel, size, profile.max_flat_workgroup_size)
+        assert workgroup_allocas_bytes(kernels[kernel.attrs["sym"]]) == want, kernel.attrs["sym"]
+
+
 @pytest.mark.parametrize("profile", PROFILES.values(), ids=PROFILES.keys())
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_files_run_the_same_expanded(path: Path, profile: Profile) -> None:
