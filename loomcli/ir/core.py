@@ -298,6 +298,13 @@ class Operation:
             raise KeyError(f"{self.name} declares no region `{name}`")
         return self.regions[names.index(name)]
 
+    def signature(self, name: str = "sig") -> Signature:
+        """The signature attribute `name` (`sig`, or a kernel's `launch`)."""
+        sig = self.attr(name)
+        if not isinstance(sig, Signature):
+            raise KeyError(f"{self.name}: `{name}` is not a signature")
+        return sig
+
     def attr(self, name: str, default: Any = KeyError) -> Any:
         """The attribute `name`, one the op's format declares; `default` when
         it is not set (without one, a KeyError)."""

@@ -875,7 +875,7 @@ class Modifiers(Directive):
 
     def attributes(self) -> tuple[str, ...]:
         names = {"host": "convention", "device": "convention", "inline": "inlining", "noinline": "inlining"}
-        return tuple(dict.fromkeys(names.get(word, word) for word in sorted(self.allowed, key=_MOD_RANK.get)))
+        return tuple(dict.fromkeys(names.get(word, word) for word in sorted(self.allowed, key=lambda w: _MOD_RANK[w])))
 
     def __init__(self, allowed: Sequence[str]) -> None:
         self.allowed = frozenset(allowed)

@@ -433,13 +433,17 @@ op("check.case", Modifiers(("public",)), SymName(), Region(0), rule="no_operands
    example="check.case public @c {",
    symbol_kind="check case")
 op("check.literal", KwParen("value", "lit"), TypeSame(operands=[]), rule="check_literal", contexts=_CASE,
+   results=_RESULT,
    example="%a = check.literal value(2.0) : f32")
 op("check.param.choice", KwParen("values", "lits"), KwParen("name", "str"), TypeSame(operands=[]),
-   rule="check_param", contexts=_CASE, example="%n = check.param.choice values([1, 64]) name(\"n\") : index")
+   rule="check_param", contexts=_CASE,
+   results=_RESULT, example="%n = check.param.choice values([1, 64]) name(\"n\") : index")
 op("check.generate.fill", KwParen("value", "lit"), TypeSame(operands=[]), rule="check_fill", contexts=_CASE,
+   results=_RESULT,
    example="%t = check.generate.fill value(0.0) : tensor<[%n]xf32>")
 op("check.generate.iota", KwParen("offset", "lit"), KwParen("step", "lit"), TypeSame(operands=[]),
-   rule="check_iota", contexts=_CASE, example="%t = check.generate.iota offset(1.0) step(0.5) : tensor<4x[%n]xf32>")
+   rule="check_iota", contexts=_CASE,
+   results=_RESULT, example="%t = check.generate.iota offset(1.0) step(0.5) : tensor<4x[%n]xf32>")
 op("check.expect.equal", KwParen("actual", "operand"), KwParen("expected", "operand"), TypeSame(result=False),
    rule="check_expect", contexts=_CASE, operands=("actual", "expected"),
    example="check.expect.equal actual(%y) expected(%w) : tensor<[%n]xf32>")

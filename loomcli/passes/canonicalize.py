@@ -175,7 +175,7 @@ def swap_compare(op: Operation, rw: Rewriter) -> bool:
     a, b = op.operands[0], op.operands[1]
     if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
         return False
-    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attrs["predicate"]]
+    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attr("predicate")]
     _swap_operands(op, rw)
     return True
 
@@ -287,7 +287,7 @@ def compare_self(op: Operation) -> list[Value | Lit] | None:
     """x P x -> true or false (integer comparisons)."""
     if op.operands[0] is not op.operands[1]:
         return None
-    return [Lit(_SELF_COMPARE[op.attrs["predicate"]])]
+    return [Lit(_SELF_COMPARE[op.attr("predicate")])]
 
 
 def reassociate(op: Operation, rw: Rewriter) -> bool:

@@ -147,7 +147,7 @@ class KernelExpansion:
 
     def _expand(self, site: Operation) -> None:
         b = _Builder(self.rw, self.namer, site)
-        kind: str = site.attrs["kind"]
+        kind: str = site.attr("kind")
         t = site.results[0].type
         assert isinstance(t, ScalarType)
         stored = slot_type(t)

@@ -16,7 +16,7 @@ class ConvergenceChecks(VerifierBase):
     """Which values are uniform; where convergent ops may nest."""
 
     def check_kernel_body(self, kernel: Operation) -> None:
-        body = kernel.regions[1]
+        body = kernel.region("body")
         uniform: set[Value] = set(body.args)
         self._uniform_region(body, uniform, [])
 
@@ -26,7 +26,7 @@ class ConvergenceChecks(VerifierBase):
                 self._check_convergent(op, controls)
             name = op.name
             if name == "scf.if":
-                cond = op.operands[0] if op.operands else None
+                cond = op.operand("condition") if op.operands else None
                 cu = cond is not None and cond in uniform
                 for r in op.regions:
                     self._uniform_region(r, uniform, controls + [("if", None if cu else cond)])
@@ -36,10 +36,12 @@ class ConvergenceChecks(VerifierBase):
                     if yields_uniform:
                         uniform.update(op.results)
             elif name == "scf.for":
-                bad = next((v for v in op.operands[:3] if v not in uniform), None)
-                if bad is None and op.regions[0].args:
-                    uniform.add(op.regions[0].args[0])
-                self._uniform_region(op.regions[0], uniform, controls + [("for", bad)])
+                bounds = [g for name in ("lower", "upper", "step") for g in op.operand_group(name)]
+                bad = next((v for v in bounds if v not in uniform), None)
+                body = op.region("body")
+                if bad is None and body.args:
+                    uniform.add(body.args[0])
+                self._uniform_region(body, uniform, controls + [("for", bad)])
             elif name == "scf.while":
                 for r in op.regions:
                     self._uniform_region(r, uniform, controls + [("while", None)])

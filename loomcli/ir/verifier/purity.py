@@ -17,7 +17,7 @@ class PurityChecks(VerifierBase):
 
     def check_pure(self, fn: Operation) -> None:
         sym = fn.attrs.get("sym")
-        for op in fn.regions[0].ops:
+        for op in fn.region("body").ops:
             for inner in op.walk():
                 bad = None
                 if inner.opdef.has(MEMORY) or inner.opdef.has(CONVERGENT) or inner.opdef.has(LAUNCH):
@@ -50,8 +50,8 @@ class PurityChecks(VerifierBase):
                     out.append((op.attrs.get("callee", ""), op))
                 elif op.name == "template.apply":
                     for p in self.providers(op.attrs.get("family", "")):
-                        out.append((p.attrs["sym"], op))
-            edges[fn.attrs["sym"]] = out
+                        out.append((p.attr("sym"), op))
+            edges[fn.attr("sym")] = out
         state: dict[str, int] = {}
         reported: set[int] = set()
 

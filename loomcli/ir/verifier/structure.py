@@ -58,10 +58,10 @@ class StructureRules(VerifierBase):
     def rule_scf_if(self, op: Operation) -> None:
         if not self.operands(op, 1):
             return
-        c = op.operands[0]
+        c = op.operand("condition")
         self.want(op, "condition of scf.if", c.type, c.type is I1, "i1", op.operand_loc(0))
         want = [r.type for r in op.results]
-        if want and not op.attrs.get("else"):
+        if want and not op.attr("else", False):
             self.error("STRUCTURE/007", op.loc, t1="", parent=op.name, t2=", ".join(map(kind_text, want)))
             return
         for region in op.regions:
@@ -71,7 +71,7 @@ class StructureRules(VerifierBase):
         if len(op.operands) < 3:
             self.count(op, 3, "bounds", len(op.operands))
             return
-        lo, hi, step = op.operands[:3]
+        lo, hi, step = op.operand("lower"), op.operand("upper"), op.operand("step")
         kind = lo.type
         if not self.want(op, "bounds of scf.for", kind, is_index_like(kind), "index or offset", op.operand_loc(0)):
             return
@@ -80,7 +80,8 @@ class StructureRules(VerifierBase):
         s = self.constant_of(step)
         if isinstance(s, int) and s <= 0:
             self.error("TYPE/003", op.operand_loc(2), what="step", why=f"{s} is not > 0")
-        carried = [a.type for a in op.regions[0].args[1:]]
+        body = op.region("body")
+        carried = [a.type for a in body.args[1:]]
         results = [r.type for r in op.results]
         if results != carried:
             if len(results) != len(carried):
@@ -89,12 +90,12 @@ class StructureRules(VerifierBase):
                 self.error("STRUCTURE/007", op.loc, t1=", ".join(map(kind_text, carried)), parent=op.name,
                            t2=", ".join(map(kind_text, results)))
             return
-        self._match_yield(op, op.regions[0], carried)
+        self._match_yield(op, body, carried)
 
     def rule_scf_while(self, op: Operation) -> None:
-        carried = [a.type for a in op.regions[0].args]
+        before, after = op.region("before"), op.region("after")
+        carried = [a.type for a in before.args]
         results = [r.type for r in op.results]
-        before, after = op.regions
         term, got = self._yield_types(before)
         if (term is not None and term.name == "scf.condition" and got and all(t is not ERROR for t in got)
                 and got[1:] != results):
@@ -112,22 +113,22 @@ class StructureRules(VerifierBase):
         if not op.operands:
             self.count(op, 1, "operands", 0)
             return
-        c = op.operands[0]
+        c = op.operand("condition")
         self.want(op, "operand 0 of scf.condition", c.type, c.type is I1, "i1", op.operand_loc(0))
 
     def rule_buffer_alloca(self, op: Operation) -> None:
         if not self.operands(op, 1):
             return
-        n = op.operands[0]
+        n = op.operand("bytes")
         self.want(op, "operand 0 of buffer.alloca", n.type, n.type is OFFSET, "offset", op.operand_loc(0))
         self.result(op, lambda t: t is BUFFER, "buffer")
-        align = op.attrs.get("align", 0)
+        align = op.attr("align", 0)
         if not (0 < align <= 4096 and align & (align - 1) == 0):
             self.error("TYPE/003", op.loc_of("align"), what=f"align({align})", why="a power of two <= 4096")
         folds = self.folds(n)
-        if op.attrs.get("kind") == "workgroup":
+        if op.attr("kind") == "workgroup":
             parent = op.parent_op
-            top = parent is not None and parent.name == "kernel.def" and op.parent is parent.regions[1]
+            top = parent is not None and parent.name == "kernel.def" and op.parent is parent.region("body")
             if not top or folds is False:
                 self.error("STRUCTURE/008", op.loc)
         elif folds is False:

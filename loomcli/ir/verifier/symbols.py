@@ -97,7 +97,7 @@ class SymbolRules(VerifierBase):
             if sig is not None and sig.where:
                 subjects = set(sig.args)
                 if op.name.startswith("command.program"):
-                    subjects = set(op.attrs["sig"].args) | set(op.attrs["launch"].args)
+                    subjects = set(op.signature("sig").args) | set(op.signature("launch").args)
                 self.check_preds(sig.where, subjects)
 
     def rule_kernel_def(self, op: Operation) -> None:
@@ -109,15 +109,15 @@ class SymbolRules(VerifierBase):
             self.lookup(op, "target", TARGET_RECORDS, "target")
 
     def _kernel_signature(self, op: Operation) -> None:
-        self._arg_types(op.attrs["sig"], "workload argument", self._scalar_arg, "index, offset, integer or float")
-        self._arg_types(op.attrs["launch"], "device argument",
+        self._arg_types(op.signature("sig"), "workload argument", self._scalar_arg, "index, offset, integer or float")
+        self._arg_types(op.signature("launch"), "device argument",
                         lambda t: self._scalar_arg(t) or t is BUFFER, "index, offset, integer, float or buffer")
         self._where(op, "sig", "launch")
 
     rule_kernel_decl = _kernel_signature
 
     def rule_entry_decl(self, op: Operation) -> None:
-        self._arg_types(op.attrs["sig"], "device argument",
+        self._arg_types(op.signature("sig"), "device argument",
                         lambda t: self._scalar_arg(t) or t is BUFFER, "index, offset, integer, float or buffer")
         self._where(op, "sig")
 
@@ -156,7 +156,7 @@ class SymbolRules(VerifierBase):
                     k = position.get(id(dw), -1)
                     if k >= 0 and dg is not args[k]:
                         detail = (f"argument {i}: dim `%{getattr(dg, 'name', dg)}` is not the value passed "
-                                  f"for `%{dw.name}`")  # type: ignore[union-attr]
+                                  f"for `%{getattr(dw, 'name', dw)}`")
                         break
             if detail is not None:
                 self.error("TYPE/006", op.operand_loc(i), use=use, s=callee, detail=detail)
@@ -166,9 +166,9 @@ class SymbolRules(VerifierBase):
         target = self.lookup(op, "callee", ("kernel.def", "kernel.decl"), "kernel")
         if target is None:
             return
-        sig, launch = target.attrs["sig"], target.attrs["launch"]
+        sig, launch = target.signature("sig"), target.signature("launch")
         in_case = self._context_of(op) == CASE
-        self._call_signature(op, "kernel.launch", target.attrs["sym"], sig.args + launch.args,
+        self._call_signature(op, "kernel.launch", target.attr("sym"), sig.args + launch.args,
                              len(sig.args), in_case)
 
     def rule_dispatch(self, op: Operation) -> None:
@@ -183,15 +183,15 @@ class SymbolRules(VerifierBase):
                 self.error("TYPE/003", op.operand_loc(i), what=f"workgroup count {c}", why="counts lie in [0, 2^32-1]")
         if target is None:
             return
-        want = target.attrs["sig"].arg_types
+        want = target.signature("sig").arg_types
         got = [v.type for v in op.operands[n:]]
         if len(got) != len(want) or any(not _types_match(g, w) for g, w in zip(got, want)):
-            self.error("TYPE/006", op.loc_of("callee"), use="kernel.dispatch", s=target.attrs["sym"],
+            self.error("TYPE/006", op.loc_of("callee"), use="kernel.dispatch", s=target.attr("sym"),
                        detail=f"expected ({', '.join(map(kind_text, want))}), "
                               f"found ({', '.join(map(kind_text, got))})")
 
     def _function_signature(self, op: Operation) -> None:
-        sig: Signature = op.attrs["sig"]
+        sig: Signature = op.signature("sig")
         host_like = op.attrs.get("convention") != "device"
         for a in sig.args:
             t = a.type
@@ -217,8 +217,8 @@ class SymbolRules(VerifierBase):
     def rule_template_def(self, op: Operation) -> None:
         self._function_signature(op)
         family = self.lookup(op, "family", ("template.decl",), "template family")
-        if family is not None and not _same_signature(family.attrs["sig"], op.attrs["sig"]):
-            self.error("TYPE/006", op.loc_of("family"), use="template.def", s=family.attrs["sym"],
+        if family is not None and not _same_signature(family.signature("sig"), op.signature("sig")):
+            self.error("TYPE/006", op.loc_of("family"), use="template.def", s=family.attr("sym"),
                        detail="argument or result types differ from the family's")
         for req in op.attrs.get("requires", []):
             if not (isinstance(req, HashAttr) and req.name == "target.subgroup.size" and len(req.params) == 1
@@ -227,12 +227,12 @@ class SymbolRules(VerifierBase):
                            why="requires takes only #target.subgroup.size<N>")
 
     def _callable(self, op: Operation, target: Operation, use: str) -> None:
-        sig: Signature = target.attrs["sig"]
-        self._call_signature(op, use, target.attrs["sym"], sig.args, 0)
+        sig: Signature = target.signature("sig")
+        self._call_signature(op, use, target.attr("sym"), sig.args, 0)
         got = [r.type for r in op.results]
         if got != sig.results and not any(t is ERROR for t in got):
             self.error("TYPE/006", self._callee_loc(op), use=use,
-                       s=target.attrs["sym"], detail=f"results ({', '.join(map(kind_text, got))}) differ from "
+                       s=target.attr("sym"), detail=f"results ({', '.join(map(kind_text, got))}) differ from "
                                                      f"({', '.join(map(kind_text, sig.results))})")
 
     def _check_call_site(self, op: Operation, callee: Operation) -> None:
@@ -251,7 +251,7 @@ class SymbolRules(VerifierBase):
             return
         self._callable(op, target, "func.call")
         if op.attrs.get("pure") and not target.attrs.get("pure"):
-            self.error("TYPE/006", op.loc_of("callee"), use="func.call pure", s=target.attrs["sym"],
+            self.error("TYPE/006", op.loc_of("callee"), use="func.call pure", s=target.attr("sym"),
                        detail="the callee is not pure")
         self._check_call_site(op, target)
 
@@ -259,7 +259,7 @@ class SymbolRules(VerifierBase):
         fn = op.parent_op
         if fn is None or fn.name not in ("func.def", "template.def"):
             return
-        want = fn.attrs["sig"].results
+        want = fn.signature("sig").results
         got = [v.type for v in op.operands]
         if self.count(op, len(want), "operands", len(got)):
             for i, (g, w) in enumerate(zip(got, want)):
@@ -296,7 +296,7 @@ class SymbolRules(VerifierBase):
     def rule_config_get(self, op: Operation) -> None:
         target = self.lookup(op, "ref", ("config.decl", "config.def"), "config key")
         if target is not None:
-            want = target.attrs["type"]
+            want = target.attr("type")
             self.result(op, lambda t: t is want, kind_text(want))
 
     def rule_target_record(self, op: Operation) -> None:
@@ -315,9 +315,9 @@ class SymbolRules(VerifierBase):
                            kind=target.opdef.symbol_kind or target.name, kind2="declaration")
 
     def _program_signature(self, op: Operation) -> None:
-        self._arg_types(op.attrs["sig"], "specialization argument", self._scalar_arg,
+        self._arg_types(op.signature("sig"), "specialization argument", self._scalar_arg,
                         "index, offset, integer or float")
-        self._arg_types(op.attrs["launch"], "launch argument", lambda t: t is BUFFER, "buffer")
+        self._arg_types(op.signature("launch"), "launch argument", lambda t: t is BUFFER, "buffer")
         self._where(op, "launch")
         if "target" in op.attrs:
             self.lookup(op, "target", TARGET_RECORDS, "target")
@@ -328,15 +328,15 @@ class SymbolRules(VerifierBase):
     def rule_program_launch(self, op: Operation) -> None:
         target = self.lookup(op, "callee", ("command.program.def", "command.program.decl"), "command program")
         if target is not None:
-            sig, launch = target.attrs["sig"], target.attrs["launch"]
-            self._call_signature(op, "command.program.launch", target.attrs["sym"], sig.args + launch.args,
+            sig, launch = target.signature("sig"), target.signature("launch")
+            self._call_signature(op, "command.program.launch", target.attr("sym"), sig.args + launch.args,
                                  len(sig.args))
 
     def rule_benchmark(self, op: Operation) -> None:
         case = self.lookup(op, "case", ("check.case",), "check case")
         if case is None:
             return
-        params = {p.attrs.get("name") for p in case.regions[0].ops if p.name == "check.param.choice"}
+        params = {p.attr("name") for p in case.region("body").ops if p.name == "check.param.choice"}
         for key in op.attrs.get("dict", {}):
             if key not in params:
                 self.error("TYPE/003", op.loc_of("dict"), what=f"parameter `{key}`",

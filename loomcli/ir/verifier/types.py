@@ -90,7 +90,7 @@ class TypeRules(VerifierBase):
 
     def rule_constant(self, op: Operation) -> None:
         self.operands(op, 0)
-        t = op.results[0].type
+        t = op.result().type
         if op.name == "index.constant":
             ok = self.want(op, "result of index.constant", t, is_index_like(t), "index or offset")
         else:
@@ -101,7 +101,7 @@ class TypeRules(VerifierBase):
     def rule_index_cast(self, op: Operation) -> None:
         if not self.operands(op, 1):
             return
-        src, dst = op.operands[0].type, op.results[0].type
+        src, dst = op.operand("value").type, op.result().type
         ok = (is_int(src) and is_index_like(dst)) or (is_index_like(src) and is_int(dst)) \
             or (src is INDEX and dst is OFFSET) or (src is OFFSET and dst is INDEX)
         if not ok:
@@ -161,7 +161,7 @@ class TypeRules(VerifierBase):
     def _cast(self, op: Operation, ok: Callable[[ScalarType, ScalarType], bool], why: str) -> None:
         if not self.operands(op, 1):
             return
-        src, dst = op.operands[0].type, op.results[0].type
+        src, dst = op.operand("value").type, op.result().type
         if not (isinstance(src, ScalarType) and isinstance(dst, ScalarType) and ok(src, dst)):
             self.error("TYPE/003", op.loc, what=op.name, why=f"{kind_text(src)} to {kind_text(dst)}: {why}")
 
@@ -196,20 +196,20 @@ class TypeRules(VerifierBase):
     def rule_select(self, op: Operation) -> None:
         if not self.operands(op, 3):
             return
-        c = op.operands[0]
+        c = op.operand("condition")
         self.want(op, "operand 0 of scf.select", c.type, c.type is I1, "i1", op.operand_loc(0))
-        t = op.results[0].type
+        t = op.result().type
         self.want(op, "type of scf.select", t, not is_tensor(t), "a non-tensor type")
 
     def rule_buffer_view(self, op: Operation) -> None:
         if not op.operands:
             return
-        b = op.operands[0]
+        b = op.operand_group("buffer")[0]
         self.want(op, "operand 0 of buffer.view", b.type, b.type is BUFFER, "buffer", op.operand_loc(0))
-        if len(op.operands) != 2 or op.attrs.get("indices") != (None,):
-            self.count(op, 1, "offsets", len(op.attrs.get("indices", ())))
+        if len(op.operands) != 2 or op.attr("indices", None) != (None,):
+            self.count(op, 1, "offsets", len(op.attr("indices", ())))
             return
-        off = op.operands[1]
+        off = op.operand("offset")
         self.want(op, "operand 1 of buffer.view", off.type, off.type is OFFSET, "offset", op.operand_loc(1))
         self.result(op, is_view, "a view type")
 
@@ -217,9 +217,9 @@ class TypeRules(VerifierBase):
         if not op.operands:
             self.count(op, 1, "operands", 0)
             return
-        t = op.results[0].type
+        t = op.result("total").type
         self.want(op, "type of buffer.pack", t, t is OFFSET, "offset")
-        for k, a in enumerate(op.attrs.get("aligns", ())):
+        for k, a in enumerate(op.attr("aligns", ())):
             if not (a > 0 and a & (a - 1) == 0):
                 self.error("TYPE/003", op.loc_of(f"align{k}"), what=f"align({a})", why="a power of two")
 
@@ -237,7 +237,7 @@ class TypeRules(VerifierBase):
         if not self.operands(op, 1):
             return
         self._buffers(op)
-        a = op.attrs.get("dict", {}).get("minimum_alignment", 1)
+        a = op.attr("dict", {}).get("minimum_alignment", 1)
         if a <= 0 or a & (a - 1):
             self.error("TYPE/003", op.loc_of("dict"), what=f"minimum_alignment {a}", why="expected a power of two")
 
@@ -253,7 +253,7 @@ class TypeRules(VerifierBase):
         t = op.operands[i].type
         if not self.want(op, f"operand {i} of {op.name}", t, pred(t), expected, op.operand_loc(i)):
             return None
-        return t  # type: ignore[return-value]
+        return t if isinstance(t, ShapedType) else None
 
     def rule_view_load(self, op: Operation) -> None:
         v = self._view_operand(op, 0)
@@ -265,19 +265,19 @@ class TypeRules(VerifierBase):
         v = self._view_operand(op, 1)
         if v is None or not self.check_indices(op, v, 1):
             return
-        x = op.operands[0]
+        x = op.operand("value")
         self.want(op, "operand 0 of view.store", x.type, x.type is v.elem, v.elem.name, op.operand_loc(0))
 
     def rule_view_subview(self, op: Operation) -> None:
         v = self._view_operand(op, 0)
         if v is None or not self.check_indices(op, v, 0):
             return
-        r = op.results[0].type
+        r = op.result().type
         if not self.result(op, lambda t: is_view(t) and t.elem is v.elem and len(t.dims) == len(v.dims),
-                           f"a view of rank {len(v.dims)} of {v.elem.name}"):
+                           f"a view of rank {len(v.dims)} of {v.elem.name}") or not is_view(r):
             return
-        template = op.attrs.get("indices", ())
-        for axis, (src, dst) in enumerate(zip(v.dims, r.dims)):  # type: ignore[union-attr]
+        template = op.attr("indices", ())
+        for axis, (src, dst) in enumerate(zip(v.dims, r.dims)):
             origin = template[axis] if axis < len(template) else None
             if isinstance(src, int) and isinstance(dst, int):
                 o = origin if isinstance(origin, int) else 0
@@ -289,11 +289,11 @@ class TypeRules(VerifierBase):
         v = self._view_operand(op, 1)
         if v is None or not self.check_indices(op, v, 1):
             return
-        x = op.operands[0]
+        x = op.operand("value")
         if not self.want(op, "operand 0 of view.atomic.rmw", x.type, x.type is v.elem, v.elem.name,
                          op.operand_loc(0)):
             return
-        kind = op.attrs.get("kind")
+        kind = op.attr("kind", None)
         elem = v.elem.name
         if (kind in _INT_KINDS and elem not in ("i32", "i64")) or (kind in _FLOAT_KINDS and elem not in ("f32", "f64")):
             self.error("TYPE/003", op.loc, what=f"view.atomic.rmw<{kind}>", why=f"not defined on {elem}")
@@ -301,13 +301,14 @@ class TypeRules(VerifierBase):
 
     def rule_vector_constant(self, op: Operation) -> None:
         if self.result(op, is_vector, "a vector type"):
-            self.literal(op, "value", op.results[0].type)
+            self.literal(op, "value", op.result().type)
 
     def rule_vector_splat(self, op: Operation) -> None:
-        if not self.operands(op, 1) or not self.result(op, is_vector, "a vector type"):
+        t = op.result().type if op.results else ERROR
+        if not self.operands(op, 1) or not self.result(op, is_vector, "a vector type") or not is_vector(t):
             return
-        elem = op.results[0].type.elem  # type: ignore[union-attr]
-        s = op.operands[0]
+        elem = t.elem
+        s = op.operand("value")
         self.want(op, "operand 0 of vector.splat", s.type, s.type is elem, elem.name, op.operand_loc(0))
 
     def rule_vector_load(self, op: Operation) -> None:
@@ -320,34 +321,36 @@ class TypeRules(VerifierBase):
         v = self._view_operand(op, 1)
         if v is None or not self.check_indices(op, v, 1):
             return
-        x = op.operands[0]
+        x = op.operand("value")
         self.want(op, "operand 0 of vector.store", x.type, is_vector(x.type) and x.type.elem is v.elem,
                   f"a vector of {v.elem.name}", op.operand_loc(0))
 
     def rule_vector_extract(self, op: Operation) -> None:
         v = self._view_operand(op, 0, is_vector, "a vector type")
-        if v is None or not self.count(op, 1, "indices", len(op.attrs.get("indices", ()))):
+        if v is None or not self.count(op, 1, "indices", len(op.attr("indices", ()))):
             return
-        k = op.attrs["indices"][0]
+        k = op.attr("indices")[0]
+        lanes = v.dims[0]
         if k is None:
-            idx = op.operands[1]
+            idx = op.operand_group("indices")[0]
             self.want(op, "operand 1 of vector.extract", idx.type, idx.type is INDEX, "index", op.operand_loc(1))
-        elif not 0 <= k < v.dims[0]:  # type: ignore[operator]
+        elif isinstance(lanes, int) and not 0 <= k < lanes:
             self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
                        why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
         self.result(op, lambda t: t is v.elem, v.elem.name)
 
     def rule_vector_insert(self, op: Operation) -> None:
         v = self._view_operand(op, 1, is_vector, "a vector type")
-        if v is None or not self.count(op, 1, "indices", len(op.attrs.get("indices", ()))):
+        if v is None or not self.count(op, 1, "indices", len(op.attr("indices", ()))):
             return
-        x = op.operands[0]
+        x = op.operand("value")
         self.want(op, "operand 0 of vector.insert", x.type, x.type is v.elem, v.elem.name, op.operand_loc(0))
-        k = op.attrs["indices"][0]
+        k = op.attr("indices")[0]
+        lanes = v.dims[0]
         if k is None:
-            idx = op.operands[2]
+            idx = op.operand_group("indices")[0]
             self.want(op, "operand 2 of vector.insert", idx.type, idx.type is INDEX, "index", op.operand_loc(2))
-        elif not 0 <= k < v.dims[0]:  # type: ignore[operator]
+        elif isinstance(lanes, int) and not 0 <= k < lanes:
             self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
                        why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
 
@@ -362,7 +365,7 @@ class TypeRules(VerifierBase):
         v = self._view_operand(op, 0, is_vector, "a vector type")
         if v is None:
             return
-        init = op.operands[1]
+        init = op.operand("init")
         if self.want(op, "operand 1 of vector.reduce", init.type, init.type is v.elem, v.elem.name, op.operand_loc(1)):
             self._combining_kind(op, v.elem)
 
@@ -370,9 +373,9 @@ class TypeRules(VerifierBase):
         n = 3 if op.name == "vector.fmaf" else 2
         if not self.operands(op, n):
             return
-        t = op.results[0].type
+        t = op.result().type
         want_float = op.name.endswith("f")
-        ok = is_vector(t) and (is_float(t.elem) if want_float else is_int(t.elem))  # type: ignore[union-attr]
+        ok = is_vector(t) and (is_float(t.elem) if want_float else is_int(t.elem))
         self.want(op, f"type of {op.name}", t, ok, "a vector of floats" if want_float else "a vector of integers")
 
     def rule_coordinate(self, op: Operation) -> None:
@@ -410,12 +413,12 @@ class TypeRules(VerifierBase):
 
     def rule_check_fill(self, op: Operation) -> None:
         if self.result(op, is_tensor, "a tensor type"):
-            self.literal(op, "value", op.results[0].type)
+            self.literal(op, "value", op.result().type)
 
     def rule_check_iota(self, op: Operation) -> None:
-        if self.result(op, is_tensor, "a tensor type"):
-            t = op.results[0].type
-            elem = t.elem  # type: ignore[union-attr]
+        t = op.result().type if op.results else ERROR
+        if self.result(op, is_tensor, "a tensor type") and is_tensor(t):
+            elem = t.elem
             for attr in ("offset", "step"):
                 v = op.attrs.get(attr)
                 kind_ok = isinstance(v, float) if is_float(elem) else (isinstance(v, int) and not isinstance(v, bool))
@@ -425,7 +428,7 @@ class TypeRules(VerifierBase):
     def rule_check_expect(self, op: Operation) -> None:
         if not self.operands(op, 2):
             return
-        t = op.operands[0].type
+        t = op.operand("actual").type
         if op.name == "check.expect.close":
             elem = t.elem if isinstance(t, ShapedType) else t
             self.want(op, "type of check.expect.close", t, is_float(elem), "float elements")
