@@ -197,7 +197,7 @@ def _fold_get(op: Operation, value: Any) -> None:
     from loomcli.ir.builder import substitute
     from loomcli.ir.ops import OPS
 
-    t = op.results[0].type
+    t = op.result().type
     if isinstance(value, bool) and t.name != "i1":
         value = int(value)
     if t.name in ("f16", "bf16", "f32", "f64"):

@@ -56,6 +56,10 @@ def _is_site(op: Operation) -> bool:
     return op.opdef.name == SITE
 
 
+def _is_workgroup_alloca(op: Operation) -> bool:
+    return op.opdef.name == "buffer.alloca" and op.attr("kind") == "workgroup"
+
+
 def slot_type(t: ScalarType) -> ScalarType:
     """What a slot stores for a partial of type `t`."""
     return I32 if t.category == "int" and t.bits < 32 else t
@@ -75,7 +79,7 @@ class _Builder:
 
     def value(self, name: str, operands: Sequence[Value], result: Type, stem: str,
               attrs: dict[str, Any] | None = None) -> Value:
-        return self.op(name, operands, result, attrs, stem).results[0]
+        return self.op(name, operands, result, attrs, stem).result()
 
     def index(self, value: int, stem: str, t: Type = INDEX) -> Value:
         return self.value("index.constant", (), t, stem, {"value": value})
@@ -90,7 +94,7 @@ class KernelExpansion:
 
     def __init__(self, kernel: Operation, profile: Profile, rw: Rewriter) -> None:
         self.kernel = kernel
-        self.body: Region = kernel.regions[1]
+        self.body: Region = kernel.region("body")
         self.profile = profile
         self.rw = rw
         self.namer = rw.namer(self.body)
@@ -100,8 +104,8 @@ class KernelExpansion:
         if not sites:
             return 0
         for op in self.body.ops:
-            if op.opdef.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup":
-                nbytes = constant_of(op.operands[0])
+            if _is_workgroup_alloca(op):
+                nbytes = constant_of(op.operand("bytes"))
                 if not isinstance(nbytes, int) or isinstance(nbytes, bool):  # the walk needs every size
                     raise CompileError([Diagnostic.make("STRUCTURE/008", path, op.loc)])
         _, scratch_bytes = reduction_scratch(self.kernel, self.profile.subgroup_size,
@@ -125,7 +129,7 @@ class KernelExpansion:
         """The shared scratch, after the body's own workgroup allocas and before the first site."""
         ops = self.body.ops
         first = ops[self._first_site_at_top()]
-        workgroup = [op for op in ops if op.opdef.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup"]
+        workgroup = [op for op in ops if _is_workgroup_alloca(op)]
         for alloca in workgroup:
             if ops.index(alloca) > ops.index(first):
                 self._move_before(alloca, first)
@@ -138,9 +142,9 @@ class KernelExpansion:
     def _move_before(self, alloca: Operation, anchor: Operation) -> None:
         """Move a workgroup alloca before `anchor`; its size, a constant (17.28),
         is materialized again there since its definition may come later."""
-        nbytes = constant_of(alloca.operands[0])
+        nbytes = constant_of(alloca.operand("bytes"))
         self.rw.move_before(alloca, anchor)
-        size = _Builder(self.rw, self.namer, alloca).index(nbytes, alloca.operands[0].name or "bytes", OFFSET)
+        size = _Builder(self.rw, self.namer, alloca).index(nbytes, alloca.operand("bytes").name or "bytes", OFFSET)
         self.rw.set_operand(alloca, 0, size)
 
     # ------------------------------------------------------------ one site
@@ -148,13 +152,13 @@ class KernelExpansion:
     def _expand(self, site: Operation) -> None:
         b = _Builder(self.rw, self.namer, site)
         kind: str = site.attr("kind")
-        t = site.results[0].type
+        t = site.result().type
         assert isinstance(t, ScalarType)
         stored = slot_type(t)
         per = REDUCTION_SLOT_BYTES // ELEMENT_BYTES[stored]
-        stem = site.results[0].name or "reduce"
+        stem = site.result().name or "reduce"
 
-        partial = b.value("kernel.subgroup.reduce", site.operands, t, f"{stem}_partial", {"kind": kind})
+        partial = b.value("kernel.subgroup.reduce", (site.operand("value"),), t, f"{stem}_partial", {"kind": kind})
         zero = b.index(0, "scratch_at", OFFSET)
         slots = b.value("buffer.view", (self.scratch, zero), _view_type(stored, self.slots * per),
                         f"{stem}_slots", {"indices": (None,)})
@@ -171,9 +175,9 @@ class KernelExpansion:
 
         # Lane 0 of each subgroup stores the partial in the subgroup's slot.
         store_if = b.op("scf.if", (leader,), None, {"else": False})
-        then = store_if.regions[0]
+        then = store_if.region("then")
         then_end = self.rw.insert_at_end(then, _detached("scf.yield"))
-        self.rw.insert_at_end(store_if.regions[1], _detached("scf.yield"))
+        self.rw.insert_at_end(store_if.region("else"), _detached("scf.yield"))
         tb = _Builder(self.rw, self.namer, then_end)
         word = _widen(tb, partial, t, stored, stem)
         at = self._slot_element(tb, subgroup, per, stem)
@@ -192,7 +196,7 @@ class KernelExpansion:
                              {"indices": (None,)})
         first = _narrow(b, first_word, stored, t, f"{stem}_first")
         loop = b.op("scf.for", (one, count, one, first), t, {}, f"{stem}_sum")
-        body = loop.regions[0]
+        body = loop.region("body")
         iv = self._region_arg(body, INDEX, "j")
         acc = self._region_arg(body, t, "acc")
         yield_op = self.rw.insert_at_end(body, _detached("scf.yield"))
@@ -244,7 +248,7 @@ def expand_collectives(module: Module, target: Profile | None) -> int:
     rw = Rewriter(module)
     expanded = 0
     for kernel in [op for op in module.ops if op.opdef.name == "kernel.def"]:
-        if not any(_is_site(op) for op in kernel.regions[1].walk_ops()):
+        if not any(_is_site(op) for op in kernel.region("body").walk_ops()):
             continue
         profile = profile_for(module, kernel, target) or REFERENCE
         expanded += KernelExpansion(kernel, profile, rw).run(module.path)

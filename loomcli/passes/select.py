@@ -196,7 +196,7 @@ class Selector:
     def _walk_if(self, op: Operation, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
                  profile: Profile | None) -> None:
         then_facts, else_facts = facts.child(), facts.child()
-        cond = op.operands[0] if op.operands else None
+        cond = op.operand("condition") if op.operands else None
         cmp = getattr(cond, "op", None)
         if cmp is not None and cmp.name == "index.cmp" and len(cmp.operands) == 2:
             a, b = cmp.operands
@@ -208,28 +208,27 @@ class Selector:
                     then_facts.narrow(subject, *then_iv)
                 if else_iv:
                     else_facts.narrow(subject, *else_iv)
-        self._walk(op.regions[0], ctx, then_facts, sym, path + (0,), profile)
-        self._walk(op.regions[1], ctx, else_facts, sym, path + (1,), profile)
+        self._walk(op.region("then"), ctx, then_facts, sym, path + (0,), profile)
+        self._walk(op.region("else"), ctx, else_facts, sym, path + (1,), profile)
 
     def _learn(self, op: Operation, facts: Facts, profile: Profile | None) -> None:
         name = op.name
         if name == "index.assume":
-            for p in op.attrs.get("preds", []):
+            for p in op.attr("preds", []):
                 subject = p.args[0]
                 if subject in op.operands:
                     facts.add(p, op.results[op.operands.index(subject)])
         elif name == "config.get":
             target = self.symbols.get(op.attr("ref"))
             if target is not None and target.name == "config.def":
-                facts.constants[op.results[0]] = target.attr("value")
+                facts.constants[op.result()] = target.attr("value")
             elif target is not None and target.attrs.get("sig") is not None:
                 sig = target.signature("sig")
                 for p in sig.where or []:
-                    facts.add(p, op.results[0],
-                              [op.results[0] if a is sig.args[0] else a for a in p.args])
+                    facts.add(p, op.result(), [op.result() if a is sig.args[0] else a for a in p.args])
         elif name == "target.subgroup.size":
             if profile is not None and profile.subgroup_size:
-                facts.constants[op.results[0]] = profile.subgroup_size
+                facts.constants[op.result()] = profile.subgroup_size
         elif op.opdef.has("pure") and op.results and not op.regions:
             values = [facts.constant(v) for v in op.operands]
             if all(v is not None for v in values):
@@ -279,20 +278,20 @@ class Selector:
     def _weigh(self, provider: Operation, site: Operation, ctx: str, facts: Facts,
                profile: Profile | None) -> Candidate:
         name = provider.attr("sym")
-        c = Candidate(name, provider.attrs.get("priority", 0), PROVEN)
-        conv = provider.attrs.get("convention")
+        c = Candidate(name, provider.attr("priority", 0), PROVEN)
+        conv = provider.attr("convention", None)
         if (conv == "device" and ctx not in DEVICE_SITES) or (conv == "host" and ctx not in HOST_SITES):
             c.status, c.why = REFUTED, f"{conv} provider at a {ctx} site"
             return c
         statuses: list[tuple[str, str]] = []
-        pinned = provider.attrs.get("target")
+        pinned = provider.attr("target", None)
         if pinned is not None:
             record = self.symbols.get(pinned)
             if profile is None:
                 statuses.append((UNKNOWN, f"target(@{pinned}) without a target"))
             elif record is None or not profile.matches_record(record.attrs.get("kind", "")):
                 statuses.append((REFUTED, f"target(@{pinned})"))
-        for req in provider.attrs.get("requires", []):
+        for req in provider.attr("requires", []):
             want = req.params[0] if getattr(req, "params", None) else None
             if profile is None or profile.subgroup_size is None:
                 statuses.append((UNKNOWN, f"requires subgroup size {want}"))
