@@ -17,7 +17,7 @@ from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
 from loomcli.ir.ops import ops_with
-from loomcli.ir.types import I1, INDEX, OFFSET
+from loomcli.ir.types import I1, INDEX, OFFSET, ScalarType
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
 from loomcli.semantics.fold import (
@@ -71,7 +71,7 @@ def replace_results(op: Operation, rw: Rewriter, replacements: Sequence[Value | 
         if isinstance(rep, Lit):
             v = rw.constant_before(op, rep.value, r.type, r.name)
             if op.comments:
-                v.op.comments, op.comments = op.comments, []  # type: ignore[attr-defined]
+                v.op.comments, op.comments = op.comments, []
             values.append(v)
         else:
             values.append(rep)
@@ -102,14 +102,13 @@ def _int_pattern(v: Value) -> int | None:
     c = constant_of(v)
     if c is NOT_CONSTANT or isinstance(c, float):
         return None
-    t = v.type
-    bits = 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
-    return pattern(c, bits)
+    return pattern(c, _bits(v))
 
 
 def _bits(v: Value) -> int:
+    """The width of an integer-like value's pattern (index and offset: 64)."""
     t = v.type
-    return 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
+    return t.bits if isinstance(t, ScalarType) else 64
 
 
 def _is_int(v: Value, x: int) -> bool:
