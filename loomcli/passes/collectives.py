@@ -98,6 +98,8 @@ class KernelExpansion:
         self.profile = profile
         self.rw = rw
         self.namer = rw.namer(self.body)
+        self.slots = 0                   # 8-byte slots of the scratch (set by `run`)
+        self.scratch: Value | None = None
 
     def run(self, path: str) -> int:
         sites = [op for op in self.body.walk_ops() if _is_site(op)]
@@ -160,6 +162,7 @@ class KernelExpansion:
 
         partial = b.value("kernel.subgroup.reduce", (site.operand("value"),), t, f"{stem}_partial", {"kind": kind})
         zero = b.index(0, "scratch_at", OFFSET)
+        assert self.scratch is not None
         slots = b.value("buffer.view", (self.scratch, zero), _view_type(stored, self.slots * per),
                         f"{stem}_slots", {"indices": (None,)})
         sizes = [b.value("kernel.workgroup.size", (), INDEX, f"size_{d}", {"kind": d}) for d in "xyz"]
