@@ -22,7 +22,8 @@ import pytest
 
 from loomcli.diagnostics import CompileError
 from loomcli.emit import Artifact
-from loomcli.emit.spirv import disassemble, emit_spirv
+from loomcli.emit.artifacts import emit as emit_artifact
+from loomcli.emit.spirv import disassemble
 from loomcli.pipeline import CompileOptions, compile_module
 from loomcli.semantics import fold
 from loomcli.targets.profiles import parse_target
@@ -42,7 +43,7 @@ def emit(path: Path | str, env: str = "vulkan1.3", **options: Any) -> Artifact:
     if key not in _CACHE or options:
         profile = parse_target("spirv:" + env)
         compiled = compile_module(CompileOptions(input=str(path), profile=profile, **options))
-        art = emit_spirv(compiled.module, profile)
+        art = emit_artifact(compiled.module, profile, "spirv-binary")  # legalized by the gateway first
         if options:
             return art
         _CACHE[key] = art
@@ -577,10 +578,10 @@ def test_deterministic_bytes() -> None:
 
 def test_deterministic_across_processes() -> None:
     code = ("import sys, hashlib; from loomcli.pipeline import CompileOptions, compile_module;"
-            "from loomcli.targets.profiles import parse_target; from loomcli.emit.spirv import emit_spirv;"
+            "from loomcli.targets.profiles import parse_target; from loomcli.emit.artifacts import emit;"
             "p = parse_target('spirv:vulkan1.3');"
             "m = compile_module(CompileOptions(input=sys.argv[1], profile=p)).module;"
-            "print(hashlib.sha256(emit_spirv(m, p).data).hexdigest())")
+            "print(hashlib.sha256(emit(m, p, 'spirv-binary').data).hexdigest())")
     path = str(ROOT / "tests" / "spirv" / "kernel_ops.loom")
     digests = {subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
@@ -589,8 +590,6 @@ def test_deterministic_across_processes() -> None:
 
 def _diagnostics(path: Path) -> list[Any]:
     """What emission through the gateway (shared TARGET checks, then the emitter) reports."""
-    from loomcli.emit.artifacts import emit as emit_artifact
-
     profile = parse_target("spirv:vulkan1.3")
     compiled = compile_module(CompileOptions(input=str(path), profile=profile))
     with pytest.raises(CompileError) as e:
@@ -671,7 +670,7 @@ kernel.def target(@vk) export("k") @k() {
 
     profile = parse_target("spirv:vulkan1.3")
     module = compile_module(CompileOptions(input=str(src), profile=profile)).module
-    art = emit_spirv(module, profile)
+    art = emit_artifact(module, profile, "spirv-binary")
     (kernel,) = art.kernels
     assert kernel["required_subgroup_size"] == 16 and kernel["workgroup_size"] == [16, 1, 1]
     # The documented scratch rule with the kernel's own (pinned) subgroup size.

@@ -255,6 +255,67 @@ class Operation:
     def symbol(self) -> str | None:
         return self.attrs.get("sym")
 
+    # ------------------------------------------------------------ named accessors
+    # Names come from the op's row in the op table (`OpDef.operands`, `.results`,
+    # `.region_names`, and the attributes its format directives store), so
+    # `op.operand("bytes")` reads what `op.operands[0]` did and says which one.
+
+    def operand_group(self, name: str) -> list[Value]:
+        """The operands declared as `name` (a variadic group or a segment)."""
+        opdef = self.opdef
+        if name in opdef.segments:
+            before = opdef.segments[:opdef.segments.index(name)]
+            start = sum(self.attrs.get(s, 0) for s in before)
+            return self.operands[start:start + self.attrs.get(name, 0)]
+        where = opdef.span(opdef.operands, name, len(self.operands))
+        if where is None:
+            raise KeyError(f"{self.name} declares no operand `{name}`")
+        return self.operands[where]
+
+    def operand(self, name: str) -> Value:
+        """The one operand declared as `name`."""
+        group = self.operand_group(name)
+        if len(group) != 1:
+            raise KeyError(f"{self.name} has no single operand `{name}`")
+        return group[0]
+
+    def result_group(self, name: str) -> list[OpResult]:
+        where = self.opdef.span(self.opdef.results, name, len(self.results))
+        if where is None:
+            raise KeyError(f"{self.name} declares no result `{name}`")
+        return self.results[where]
+
+    def result(self, name: str = "result") -> OpResult:
+        """The one result declared as `name` (most ops name theirs `result`)."""
+        group = self.result_group(name)
+        if len(group) != 1:
+            raise KeyError(f"{self.name} has no single result `{name}`")
+        return group[0]
+
+    def region(self, name: str) -> Region:
+        names = self.opdef.region_names
+        if name not in names:
+            raise KeyError(f"{self.name} declares no region `{name}`")
+        return self.regions[names.index(name)]
+
+    def signature(self, name: str = "sig") -> Signature:
+        """The signature attribute `name` (`sig`, or a kernel's `launch`)."""
+        sig = self.attr(name)
+        if not isinstance(sig, Signature):
+            raise KeyError(f"{self.name}: `{name}` is not a signature")
+        return sig
+
+    def attr(self, name: str, default: Any = KeyError) -> Any:
+        """The attribute `name`, one the op's format declares; `default` when
+        it is not set (without one, a KeyError)."""
+        if name not in self.opdef.attributes:
+            raise KeyError(f"{self.name} declares no attribute `{name}`")
+        if name in self.attrs:
+            return self.attrs[name]
+        if default is KeyError:
+            raise KeyError(f"{self.name} has no attribute `{name}` set")
+        return default
+
     def walk(self) -> Iterator[Operation]:
         """Pre-order walk of this op and everything nested in it."""
         stack = [self]

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 class Directive:
     __slots__ = ()
 
+    def attributes(self) -> tuple[str, ...]:
+        """The attributes this directive stores on an op: what `Operation.attr`
+        may ask for (derived, with the op's other directives, into its row)."""
+        return ()
+
     def parse(self, p: Parser, op: Operation) -> None:
         raise NotImplementedError
 
@@ -46,6 +51,9 @@ class Kind(Directive):
     """`<word>` glued to the op name; with `flags`, a `|`-joined set in declaration order."""
 
     __slots__ = ("attr", "flags", "optional", "words")
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
 
     def __init__(self, words: Sequence[str], flags: bool = False, optional: bool = False, attr: str = "kind") -> None:
         self.words = tuple(words)
@@ -96,6 +104,9 @@ class SymKind(Directive):
     """`<@sym>` glued to the op name (template families, benchmarked cases)."""
 
     __slots__ = ("attr",)
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
 
     def __init__(self, attr: str) -> None:
         self.attr = attr
@@ -204,6 +215,9 @@ class Predicate(Directive):
 
     __slots__ = ("words",)
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("predicate",)
+
     def __init__(self, words: Sequence[str]) -> None:
         self.words = tuple(words)
 
@@ -224,6 +238,9 @@ class Literal(Directive):
 
     __slots__ = ("attr",)
 
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
+
     def __init__(self, attr: str = "value") -> None:
         self.attr = attr
 
@@ -239,6 +256,9 @@ class Indexed(Directive):
     """`%v[%i, 0]`: a base operand and per-axis indices (values or literals >= 0)."""
 
     __slots__ = ("literals",)
+
+    def attributes(self) -> tuple[str, ...]:
+        return ("indices",)
 
     def __init__(self, literals: bool = True) -> None:
         self.literals = literals
@@ -287,6 +307,9 @@ class KwParen(Directive):
     string, an identifier, an operand or an operand group."""
 
     __slots__ = ("attr", "inner", "optional", "word")
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)  # an operand group's size, for `inner == "operands"`
 
     def __init__(self, word: str, inner: str, attr: str | None = None, optional: bool = False) -> None:
         self.word = word
@@ -360,6 +383,9 @@ class Dict(Directive):
 
     __slots__ = ("attr", "keys")
 
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
+
     def __init__(self, attr: str = "dict", keys: dict[str, tuple[str, ...] | type] | None = None) -> None:
         self.attr = attr
         self.keys = keys
@@ -406,6 +432,9 @@ class Preds(Directive):
 
     __slots__ = ()
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("preds",)
+
     def parse(self, p: Parser, op: Operation) -> None:
         op.attrs["preds"] = p.parse_preds()
 
@@ -417,6 +446,9 @@ class Callee(Directive):
     """`@k[%w...](%a...)` (launches) or `@f(%a...)` (calls)."""
 
     __slots__ = ("workload",)
+
+    def attributes(self) -> tuple[str, ...]:
+        return ("callee", "nworkload")
 
     def __init__(self, workload: bool) -> None:
         self.workload = workload
@@ -472,6 +504,9 @@ class Pack(Directive):
     """`[align(16) %n0, align(256) %n1]` of `buffer.pack`."""
 
     __slots__ = ()
+
+    def attributes(self) -> tuple[str, ...]:
+        return ("aligns",)
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect("[")
@@ -618,6 +653,9 @@ class CallTypes(Directive):
 
     __slots__ = ("results",)
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("written_nworkload",)
+
     def __init__(self, results: bool = True) -> None:
         self.results = results
 
@@ -686,6 +724,9 @@ class TypeAttr(Directive):
 
     __slots__ = ()
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("type",)
+
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         p.record_loc(op, "type")
@@ -717,6 +758,9 @@ class Else(Directive):
     """Optional `else { ... }` of `scf.if`; printed iff written or non-empty."""
 
     __slots__ = ()
+
+    def attributes(self) -> tuple[str, ...]:
+        return ("else",)
 
     def parse(self, p: Parser, op: Operation) -> None:
         written = p.at_word("else")
@@ -829,6 +873,10 @@ class Modifiers(Directive):
 
     __slots__ = ("allowed",)
 
+    def attributes(self) -> tuple[str, ...]:
+        names = {"host": "convention", "device": "convention", "inline": "inlining", "noinline": "inlining"}
+        return tuple(dict.fromkeys(names.get(word, word) for word in sorted(self.allowed, key=lambda w: _MOD_RANK[w])))
+
     def __init__(self, allowed: Sequence[str]) -> None:
         self.allowed = frozenset(allowed)
 
@@ -892,6 +940,9 @@ class SymName(Directive):
 
     __slots__ = ("attr",)
 
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
+
     def __init__(self, attr: str = "sym") -> None:
         self.attr = attr
 
@@ -909,6 +960,9 @@ class SigArgs(Directive):
     `attr` is `sig` or `launch` (a kernel's device list)."""
 
     __slots__ = ("attr", "glued", "region")
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
 
     def __init__(self, attr: str = "sig", region: int | None = None, glued: bool = True) -> None:
         self.attr = attr
@@ -976,6 +1030,9 @@ class ConfigDeclType(Directive):
 
     __slots__ = ()
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("sig", "type")
+
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         if p.at_ssa():
@@ -1003,6 +1060,9 @@ class SymbolList(Directive):
 
     __slots__ = ()
 
+    def attributes(self) -> tuple[str, ...]:
+        return ("symbols",)
+
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect("[")
         names: list[str] = []
@@ -1021,6 +1081,9 @@ class SymbolList(Directive):
 
 class StringAttr(Directive):
     __slots__ = ("attr",)
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.attr,)
 
     def __init__(self, attr: str) -> None:
         self.attr = attr

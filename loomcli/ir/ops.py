@@ -118,13 +118,39 @@ class OpDef:
     legacy_dict: bool = False          # `op {…}` was the legacy spelling (PARSE/011)
     operand_keywords: tuple[str, ...] = field(default=())
     symbol_kind: str = ""              # what messages call the symbol a SYMBOL op defines ("function")
+    # Names for the named accessors (`Operation.operand`, `.result`, `.region`):
+    # one per position; `*name` is a variadic group taking what the fixed
+    # names around it leave (at most one per list). Operand groups sized by
+    # `segments` are named by their segment attribute. Attribute names come
+    # from the format's directives (`Directive.attributes`).
+    operands: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+    region_names: tuple[str, ...] = ()
+    attributes: frozenset[str] = field(init=False, default=frozenset())
 
     def __post_init__(self) -> None:
         self.operand_keywords = tuple(d.word for d in self.format if isinstance(d, KwParen) and d.inner == "operand")
         self.has_kind = any(isinstance(d, (Kind, SymKind)) for d in self.format[:1])
+        self.attributes = frozenset(a for d in self.format for a in d.attributes())
+        for names in (self.operands, self.results):
+            assert sum(n.startswith("*") for n in names) <= 1, (self.name, names)
+        assert not self.region_names or len(self.region_names) == len(self.regions), self.name
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
+
+    def span(self, names: tuple[str, ...], name: str, count: int) -> slice | None:
+        """Where `name` sits among `count` operands or results named by `names`
+        (one position for a fixed name), None if `names` lacks it."""
+        for at, declared in enumerate(names):
+            if declared.lstrip("*") != name:
+                continue
+            if declared.startswith("*"):
+                return slice(at, count - (len(names) - at - 1))
+            after_variadic = any(n.startswith("*") for n in names[:at])
+            start = count - (len(names) - at) if after_variadic else at
+            return slice(start, start + 1)
+        return None
 
 
 OPS: dict[str, OpDef] = {}
@@ -140,11 +166,17 @@ def op(name: str, *fmt: Directive, **kw) -> OpDef:
 
 
 _P = {PURE}
+# Operand and result names many rows share (for the named accessors).
+_RESULT = ("result",)
+_UNARY = ("value",)
+_BINARY = ("lhs", "rhs")
+_LOAD = ("view", "*indices")
+_STORE = ("value", "view", "*indices")
 
 # ------------------------------------------------------------------ index (7.1)
-op("index.constant", Literal(), TypeSame(), rule="constant", traits=_P,
+op("index.constant", Literal(), TypeSame(), rule="constant", traits=_P, results=_RESULT,
    example="%c = index.constant 64 : index")
-op("index.cast", Operands(), TypeArrow([0], "to"), rule="index_cast", traits=_P,
+op("index.cast", Operands(), TypeArrow([0], "to"), rule="index_cast", traits=_P, operands=_UNARY, results=_RESULT,
    example="%i = index.cast %x : i64 to index")
 _COMMUTES = {"add", "mul", "min", "max", "andi", "ori", "xori", "addi", "muli", "minsi", "maxsi", "minui", "maxui",
              "addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf"}
@@ -155,113 +187,134 @@ def _arith(name: str) -> set[str]:
 
 
 for _n in ("add", "sub", "mul", "div", "rem", "min", "max", "andi", "ori", "xori", "shli", "shrsi", "shrui"):
-    op(f"index.{_n}", Operands(), TypeSame(), rule="index_binary", traits=_arith(_n),
+    op(f"index.{_n}", Operands(), TypeSame(), rule="index_binary", traits=_arith(_n), operands=_BINARY, results=_RESULT,
        example=f"%r = index.{_n} %a, %b : index")
-op("index.madd", Operands(), TypeSame(), rule="index_ternary", traits=_P,
+op("index.madd", Operands(), TypeSame(), rule="index_ternary", traits=_P, operands=("a", "b", "c"), results=_RESULT,
    example="%r = index.madd %a, %b, %c : index")
-op("index.scale", Operands(), TypeArrow([0, 1]), rule="index_scale", traits=_P,
+op("index.scale", Operands(), TypeArrow([0, 1]), rule="index_scale", traits=_P, operands=("index", "scale"),
+   results=_RESULT,
    example="%o = index.scale %i, %s : index, offset -> offset")
 op("index.cmp", Predicate(CMPI), Operands(), TypeSame(result=I1), rule="index_cmp", traits=_P,
+   operands=_BINARY, results=_RESULT,
    example="%p = index.cmp ult, %a, %b : index")
 op("index.assume", Operands(), Preds(), TypeEach(mirror=True), rule="index_assume", traits=_P,
+   operands=("*values",), results=("*values",),
    example="%a2, %b2 = index.assume %a, %b [mul(%a, 16), range(%b, 0, 255)] : index, offset")
 
 # ------------------------------------------------------------------ scalar (7.2)
-op("scalar.constant", Literal(), TypeSame(), rule="constant", traits=_P,
+op("scalar.constant", Literal(), TypeSame(), rule="constant", traits=_P, results=_RESULT,
    example="%c = scalar.constant 0.5 : f32")
 for _n in ("addi", "subi", "muli", "shli"):
     op(f"scalar.{_n}", Kind(OVERFLOW, flags=True, attr="flags"), Operands(), TypeSame(), rule="int_binary",
-       traits=_arith(_n), example=f"%r = scalar.{_n}<nsw> %a, %b : i32")
+       traits=_arith(_n), operands=_BINARY, results=_RESULT, example=f"%r = scalar.{_n}<nsw> %a, %b : i32")
 for _n in ("divsi", "divui", "remsi", "remui", "minsi", "maxsi", "minui", "maxui", "andi", "ori", "xori",
            "shrsi", "shrui"):
-    op(f"scalar.{_n}", Operands(), TypeSame(), rule="int_binary", traits=_arith(_n),
+    op(f"scalar.{_n}", Operands(), TypeSame(), rule="int_binary", traits=_arith(_n), operands=_BINARY, results=_RESULT,
        example=f"%r = scalar.{_n} %a, %b : i32")
 for _n in ("addf", "subf", "mulf", "divf", "minimumf", "maximumf", "minnumf", "maxnumf", "powf"):
     op(f"scalar.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_binary",
-       traits=_arith(_n), example=f"%r = scalar.{_n}<nnan|nsz> %a, %b : f32")
+       traits=_arith(_n), operands=_BINARY, results=_RESULT, example=f"%r = scalar.{_n}<nnan|nsz> %a, %b : f32")
 for _n in ("sqrtf", "negf", "rsqrtf", "expf", "exp2f", "logf", "log2f", "tanhf", "sinf", "cosf"):
     op(f"scalar.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_unary",
-       traits=_P, example=f"%r = scalar.{_n} %x : f32")
+       traits=_P, operands=_UNARY, results=_RESULT, example=f"%r = scalar.{_n} %x : f32")
 for _n in ("absf", "floorf", "ceilf"):
-    op(f"scalar.{_n}", Operands(), TypeSame(), rule="float_unary", traits=_P,
+    op(f"scalar.{_n}", Operands(), TypeSame(), rule="float_unary", traits=_P, operands=_UNARY, results=_RESULT,
        example=f"%r = scalar.{_n} %x : f32")
 op("scalar.fmaf", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_ternary",
-   traits=_P, example="%r = scalar.fmaf %a, %b, %c : f32")
+   traits=_P, operands=("a", "b", "c"), results=_RESULT, example="%r = scalar.fmaf %a, %b, %c : f32")
 op("scalar.cmpf", Kind(FASTMATH, flags=True, attr="flags"), Predicate(CMPF), Operands(), TypeSame(result=I1),
-   rule="float_cmp", traits=_P, example="%p = scalar.cmpf olt, %a, %b : f32")
+   rule="float_cmp", traits=_P, operands=_BINARY, results=_RESULT, example="%p = scalar.cmpf olt, %a, %b : f32")
 op("scalar.cmpi", Predicate(CMPI), Operands(), TypeSame(result=I1), rule="int_cmp", traits=_P,
+   operands=_BINARY, results=_RESULT,
    example="%p = scalar.cmpi slt, %a, %b : i32")
 for _n, _ex in (("sitofp", "i32 to f32"), ("uitofp", "i32 to f32"), ("fptosi", "f32 to i32"),
                 ("fptoui", "f32 to i32"), ("extf", "f16 to f32"), ("fptrunc", "f32 to f16"),
                 ("extsi", "i8 to i32"), ("extui", "i8 to i32"), ("trunci", "i32 to i8"),
                 ("bitcast", "f32 to i32")):
-    op(f"scalar.{_n}", Operands(), TypeArrow([0], "to"), rule=f"cast_{_n}", traits=_P,
+    op(f"scalar.{_n}", Operands(), TypeArrow([0], "to"), rule=f"cast_{_n}", traits=_P, operands=_UNARY, results=_RESULT,
        example=f"%f = scalar.{_n} %i : {_ex}")
 
 # ------------------------------------------------------------------ scf (7.3)
 _YIELD = RegionSpec("scf.yield", elide=True)
 op("scf.if", Operands(), ResultTypes(), Region(0), Else(), rule="scf_if", contexts=NOT_CFG,
-   regions=(_YIELD, _YIELD), example="%r = scf.if %c -> (f32) {")
+   regions=(_YIELD, _YIELD), operands=("condition",), results=("*results",), region_names=("then", "else"),
+   example="%r = scf.if %c -> (f32) {")
 op("scf.for", ForHeader(), Bindings(optional=True), ResultTypes(), Region(0), rule="scf_for",
-   contexts=NOT_CFG, regions=(_YIELD,), leading_operands=3,
+   contexts=NOT_CFG, regions=(_YIELD,), leading_operands=3, operands=("lower", "upper", "step", "*inits"),
+   results=("*results",), region_names=("body",),
    example="%r = scf.for %i = [%lo to %hi step %s](%acc = %init : f32) -> (f32) {")
 op("scf.while", Bindings(optional=True), ResultTypes(), Region(0), Do(), rule="scf_while",
-   contexts=KERNEL_AND_FUNCS, regions=(RegionSpec("scf.condition"), _YIELD),
+   contexts=KERNEL_AND_FUNCS, regions=(RegionSpec("scf.condition"), _YIELD), operands=("*inits",),
+   results=("*results",), region_names=("before", "after"),
    example="%r = scf.while(%x = %init : index) -> (index) {")
-op("scf.yield", Operands(), TypeEach(), contexts=NOT_CFG, traits={TERMINATOR},
+op("scf.yield", Operands(), TypeEach(), contexts=NOT_CFG, traits={TERMINATOR}, operands=("*values",),
    example="scf.yield %a, %b : f32, i32")
 op("scf.condition", Operands(), TypeEach(), rule="condition", contexts=KERNEL_AND_FUNCS, traits={TERMINATOR},
+   operands=("condition", "*values"),
    example="scf.condition %go, %x : i1, index")
 op("scf.select", Operands(), TypeSame(operands=[1, 2]), rule="select", traits=_P,
+   operands=("condition", "true_value", "false_value"), results=_RESULT,
    example="%r = scf.select %c, %a, %b : f32")
 
 # ------------------------------------------------------------------ buffer, view (7.4)
 _MEM = {MEMORY}
 op("buffer.view", Indexed(literals=False), TypeArrow([0]), rule="buffer_view", contexts=DEVICE, traits=_P,
+   operands=("buffer", "offset"), results=_RESULT,
    example="%v = buffer.view %b[%off] : buffer -> view<[%n]x16xf32>")
 op("buffer.alloca", Kind(("workgroup", "private")), KwParen("align", "int"), Operands(), TypeSame(operands=[]),
-   rule="buffer_alloca", contexts=DEVICE, traits=_MEM, legacy_dict=True,
+   rule="buffer_alloca", contexts=DEVICE, traits=_MEM, legacy_dict=True, operands=("bytes",), results=_RESULT,
    example="%s = buffer.alloca<workgroup> align(16) %bytes : buffer")
 op("buffer.pack", Pack(), TypeSame(result="pack"), rule="buffer_pack", contexts=DEVICE, traits=_P,
+   operands=("*sizes",), results=("total", "*offsets"),
    example="%t, %o0, %o1 = buffer.pack [align(16) %n0, align(256) %n1] : offset")
 op("buffer.assume.noalias", Operands(), TypeEach(mirror=True), rule="assume_noalias", contexts=DEVICE,
-   traits=_P, example="%a2, %b2 = buffer.assume.noalias %a, %b : buffer, buffer")
+   traits=_P, operands=("*buffers",), results=("*buffers",),
+   example="%a2, %b2 = buffer.assume.noalias %a, %b : buffer, buffer")
 op("buffer.assume.alignment", Operands(), Dict(keys={"minimum_alignment": int}), TypeSame(),
-   rule="assume_alignment", contexts=DEVICE, traits=_P,
+   rule="assume_alignment", contexts=DEVICE, traits=_P, operands=("buffer",), results=_RESULT,
    example="%a2 = buffer.assume.alignment %a {minimum_alignment = 64} : buffer")
 op("buffer.assume.memory_space", Kind(MEMORY_SPACES), Operands(), TypeSame(), rule="assume_memory_space",
-   contexts=DEVICE, traits=_P, legacy_dict=True,
+   contexts=DEVICE, traits=_P, legacy_dict=True, operands=("buffer",), results=_RESULT,
    example="%g = buffer.assume.memory_space<global> %b : buffer")
-op("view.load", Indexed(), TypeArrow([0]), rule="view_load", contexts=DEVICE, traits=_MEM,
+op("view.load", Indexed(), TypeArrow([0]), rule="view_load", contexts=DEVICE, traits=_MEM, operands=_LOAD,
+   results=_RESULT,
    example="%x = view.load %v[%i, 0] : view<[%n]x4xf32> -> f32")
 op("view.store", Leading(), Indexed(), TypeEach(operands=[0, 1]), rule="view_store", contexts=DEVICE,
-   traits=_MEM, indexed_base=1, example="view.store %x, %v[%i, 0] : f32, view<[%n]x4xf32>")
-op("view.subview", Indexed(), TypeArrow([0]), rule="view_subview", contexts=DEVICE, traits=_P,
+   traits=_MEM, indexed_base=1, operands=_STORE, example="view.store %x, %v[%i, 0] : f32, view<[%n]x4xf32>")
+op("view.subview", Indexed(), TypeArrow([0]), rule="view_subview", contexts=DEVICE, traits=_P, operands=_LOAD,
+   results=_RESULT,
    example="%w = view.subview %v[%r, 0] : view<[%m]x[%n]xf32> -> view<16x[%n]xf32>")
 op("view.atomic.rmw", Kind(RMW), Leading(), Indexed(), Dict(keys={"ordering": ORDERINGS, "scope": SCOPES}),
-   TypeArrow([0, 1]), rule="atomic_rmw", contexts=DEVICE, traits=_MEM, indexed_base=1,
+   TypeArrow([0, 1]), rule="atomic_rmw", contexts=DEVICE, traits=_MEM, indexed_base=1, operands=_STORE, results=_RESULT,
    example="%o = view.atomic.rmw<addf> %x, %v[%i] {ordering = relaxed, scope = device} : f32, view<[%n]xf32> -> f32")
 
 # ------------------------------------------------------------------ vector (7.5)
-op("vector.constant", Literal(), TypeSame(), rule="vector_constant", contexts=DEVICE, traits=_P,
+op("vector.constant", Literal(), TypeSame(), rule="vector_constant", contexts=DEVICE, traits=_P, results=_RESULT,
    example="%z = vector.constant 0.0 : vector<8xf32>")
 op("vector.splat", Operands(), TypeSame(operands=[], legacy_arrow=True), rule="vector_splat", contexts=DEVICE,
-   traits=_P, example="%v = vector.splat %s : vector<8xf32>")
-op("vector.load", Indexed(), TypeArrow([0]), rule="vector_load", contexts=DEVICE, traits=_MEM,
+   traits=_P, operands=_UNARY, results=_RESULT, example="%v = vector.splat %s : vector<8xf32>")
+op("vector.load", Indexed(), TypeArrow([0]), rule="vector_load", contexts=DEVICE, traits=_MEM, operands=_LOAD,
+   results=_RESULT,
    example="%v = vector.load %w[%r, %c] : view<[%m]x64xf32> -> vector<8xf32>")
 op("vector.store", Leading(), Indexed(), TypeEach(operands=[0, 1]), rule="vector_store", contexts=DEVICE,
-   traits=_MEM, indexed_base=1, example="vector.store %v, %w[%r, %c] : vector<8xf32>, view<[%m]x64xf32>")
+   traits=_MEM, indexed_base=1, operands=_STORE,
+   example="vector.store %v, %w[%r, %c] : vector<8xf32>, view<[%m]x64xf32>")
 op("vector.extract", Indexed(), TypeArrow([0]), rule="vector_extract", contexts=DEVICE, traits=_P,
+   operands=("vector", "*indices"), results=_RESULT,
    example="%x = vector.extract %v[%k] : vector<8xf32> -> f32")
 op("vector.insert", Leading("into"), Indexed(), TypeEach(operands=[0, 1], mirror=1), rule="vector_insert",
-   contexts=DEVICE, traits=_P, indexed_base=1, example="%u = vector.insert %x into %v[%k] : f32, vector<8xf32>")
+   contexts=DEVICE, traits=_P, indexed_base=1, operands=("value", "vector", "*indices"), results=_RESULT,
+   example="%u = vector.insert %x into %v[%k] : f32, vector<8xf32>")
 op("vector.reduce", Kind(COMBINE), Operands(), TypeEach(mirror=1, legacy_arrow=True), rule="vector_reduce",
-   contexts=DEVICE, traits=_P, example="%s = vector.reduce<addf> %v, %init : vector<8xf32>, f32")
+   contexts=DEVICE, traits=_P, operands=("vector", "init"), results=_RESULT,
+   example="%s = vector.reduce<addf> %v, %init : vector<8xf32>, f32")
 for _n in ("fmaf", "addf", "mulf"):
     op(f"vector.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="vector_arith",
-       contexts=DEVICE, traits=_P, example=f"%r = vector.{_n} %a, %b : vector<8xf32>")
+       contexts=DEVICE, traits=_P, operands=("a", "b", "c") if _n == "fmaf" else _BINARY, results=_RESULT,
+       example=f"%r = vector.{_n} %a, %b : vector<8xf32>")
 for _n in ("addi", "muli"):
     op(f"vector.{_n}", Operands(), TypeSame(), rule="vector_arith", contexts=DEVICE, traits=_P,
+       operands=_BINARY, results=_RESULT,
        example=f"%r = vector.{_n} %a, %b : vector<8xi32>")
 
 # ------------------------------------------------------------------ kernel (7.6)
@@ -269,7 +322,7 @@ op("kernel.def", Modifiers(("retain", "target", "export")), SymName(), SigArgs("
    Region(0), SigArgs("launch", region=1, glued=False), Where("launch"), Region(1), rule="kernel_def",
    contexts=TOP, traits={SYMBOL},
    regions=(RegionSpec("kernel.launch.config", K_CFG, isolated=True),
-            RegionSpec("kernel.return", K_BODY, isolated=True)),
+            RegionSpec("kernel.return", K_BODY, isolated=True)), region_names=("config", "body"),
    example="kernel.def export(\"k\") @k(%n: index) {", symbol_kind="kernel")
 op("kernel.decl", SymName(), SigArgs("sig"), Where("sig"), SigArgs("launch", glued=False), Where("launch"),
    rule="kernel_decl", contexts=TOP, traits={SYMBOL},
@@ -277,9 +330,10 @@ op("kernel.decl", SymName(), SigArgs("sig"), Where("sig"), SigArgs("launch", glu
 op("kernel.entry.decl", SymName(), SigArgs("sig"), Where("sig"), rule="entry_decl", contexts=TOP,
    traits={SYMBOL}, example="kernel.entry.decl @external(%storage: buffer)", symbol_kind="entry")
 op("kernel.launch", Callee(workload=True), CallTypes(results=False), rule="launch", contexts=LAUNCHERS,
-   traits={LAUNCH}, example="kernel.launch @k[%n](%n, %out) : [index](index, buffer)")
+   traits={LAUNCH}, operands=("*args",), example="kernel.launch @k[%n](%n, %out) : [index](index, buffer)")
 op("kernel.dispatch", Callee(workload=True), CallTypes(results=False), rule="dispatch",
-   contexts=frozenset({PROGRAM}), traits={LAUNCH}, example="kernel.dispatch @external[%x](%b) : [index](buffer)")
+   contexts=frozenset({PROGRAM}), traits={LAUNCH}, operands=("*args",),
+   example="kernel.dispatch @external[%x](%b) : [index](buffer)")
 op("kernel.launch.config", KwParen("workgroups", "operands"), KwParen("workgroup_size", "operands"),
    KwParen("cluster_size", "operands", optional=True), TypeSame(result=False), rule="launch_config",
    contexts=frozenset({K_CFG}), traits={TERMINATOR},
@@ -287,16 +341,17 @@ op("kernel.launch.config", KwParen("workgroups", "operands"), KwParen("workgroup
    example="kernel.launch.config workgroups(%gx, %c1, %c1) workgroup_size(%c64, %c1, %c1) : index")
 for _n in ("workitem.id", "workgroup.id", "workgroup.size", "workgroup.count", "workitem.dispatch.id"):
     op(f"kernel.{_n}", Kind(AXES), TypeSame(operands=[]), rule="coordinate", contexts=BODY,
-       traits={PURE, COORDINATE}, example=f"%t = kernel.{_n}<x> : index")
+       traits={PURE, COORDINATE}, results=_RESULT, example=f"%t = kernel.{_n}<x> : index")
 for _n in ("subgroup.size", "subgroup.lane.id"):
     op(f"kernel.{_n}", TypeSame(operands=[]), rule="coordinate", contexts=BODY, traits={PURE, COORDINATE},
+       results=_RESULT,
        example=f"%t = kernel.{_n} : index")
 op("kernel.barrier", Kind(("workgroup", "global")), KwParen("scope", "ident"), KwParen("ordering", "ident"),
    rule="barrier", contexts=BODY, traits={CONVERGENT}, legacy_dict=True,
    example="kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)")
 for _n in ("workgroup.reduce", "subgroup.reduce"):
     op(f"kernel.{_n}", Kind(COMBINE), Operands(), TypeSame(), rule="collective_reduce", contexts=BODY,
-       traits={CONVERGENT}, example=f"%s = kernel.{_n}<addf> %v : f32")
+       traits={CONVERGENT}, operands=_UNARY, results=_RESULT, example=f"%s = kernel.{_n}<addf> %v : f32")
 op("kernel.return", rule="no_operands", contexts=BODY, traits={TERMINATOR}, example="kernel.return")
 
 # ------------------------------------------------------------------ func, template (7.7)
@@ -304,28 +359,32 @@ _FUNC_BODY = RegionSpec("func.return", "convention", isolated=True)
 _TEMPLATE_BODY = RegionSpec("template.return", "convention", isolated=True)
 op("func.def", Modifiers(("public", "retain", "host", "device", "pure", "inline", "noinline", "target")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="func_def", contexts=TOP,
-   traits={SYMBOL}, regions=(_FUNC_BODY,), example="func.def public pure @twice(%x: f32) -> (f32) {",
+   traits={SYMBOL}, regions=(_FUNC_BODY,), region_names=("body",),
+   example="func.def public pure @twice(%x: f32) -> (f32) {",
    symbol_kind="function")
 op("func.decl", Modifiers(("public", "host", "device", "pure")), SymName(), SigArgs("sig"), SigResults(),
    Where("sig"), rule="func_decl", contexts=TOP, traits={SYMBOL},
    example="func.decl pure @twice(%x: f32) -> (f32)", symbol_kind="function")
 op("func.call", Modifiers(("pure", "inline", "noinline")), Callee(workload=False), CallTypes(), rule="call",
+   operands=("*args",), results=("*results",),
    example="%y = func.call pure @twice(%x) : (f32) -> (f32)")
-op("func.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR},
+op("func.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR}, operands=("*values",),
    example="func.return %a, %b : f32, i32")
 op("template.decl", SymName(), SigArgs("sig"), SigResults(), Where("sig"), rule="template_decl", contexts=TOP,
    traits={SYMBOL}, example="template.decl @tile.pick(%n: index) -> (index)", symbol_kind="template family")
 op("template.def", SymKind("family"),
    Modifiers(("public", "retain", "host", "device", "pure", "target", "requires", "priority")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="template_def",
-   contexts=TOP, traits={SYMBOL}, regions=(_TEMPLATE_BODY,),
+   contexts=TOP, traits={SYMBOL}, regions=(_TEMPLATE_BODY,), region_names=("body",),
    example="template.def<@tile.pick> requires [#target.subgroup.size<64>] priority(5) "
            "@pick64(%n: index) -> (index) where [ge(%n, 64)] {", symbol_kind="template provider")
-op("template.apply", SymKind("family"), ParenOperands(), CallTypes(), rule="apply", contexts=KERNEL_AND_FUNCS,
+op("template.apply", SymKind("family"), ParenOperands(), CallTypes(), rule="apply",
+   contexts=KERNEL_AND_FUNCS, operands=("*args",), results=("*results",),
    example="%t = template.apply<@tile.pick>(%n) : (index) -> (index)")
 op("template.call", Callee(workload=False), CallTypes(), rule="template_call", contexts=KERNEL_AND_FUNCS,
+   operands=("*args",), results=("*results",),
    example="%t = template.call @pick64(%n) : (index) -> (index)")
-op("template.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR},
+op("template.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR}, operands=("*values",),
    example="template.return %t : index")
 
 # ------------------------------------------------------------------ config, targets, module (7.8)
@@ -333,7 +392,7 @@ op("config.decl", SymName(), ConfigDeclType(), rule="config_decl", contexts=TOP,
    example="config.decl @model.layers : %v: index where [range(%v, 1, 256)]", symbol_kind="config key")
 op("config.def", SymName(), Punct("="), Literal(), TypeAttr(), rule="config_def", contexts=TOP,
    traits={SYMBOL}, example="config.def @model.layers = 32 : index", symbol_kind="config key")
-op("config.get", SymName("ref"), TypeSame(operands=[]), rule="config_get", traits=_P,
+op("config.get", SymName("ref"), TypeSame(operands=[]), rule="config_get", traits=_P, results=_RESULT,
    example="%l = config.get @model.layers : index")
 op("amdgpu.target", Kind(AMDGPU_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}", symbol_kind="target")
@@ -342,7 +401,7 @@ op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", c
 op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}",
    symbol_kind="target")
-op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P,
+op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P, results=_RESULT,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,
    example="module.import \"kernels\" [@scale, @shift]")
@@ -350,17 +409,19 @@ op("module.import", StringAttr("key"), SymbolList(), rule="module_import", conte
 # ------------------------------------------------------------------ command, check (7.9)
 op("command.program.def", Modifiers(("public", "retain", "target")), SymName(), SigArgs("sig", region=0),
    SigArgs("launch", region=0, glued=False), Where("launch"), Region(0), rule="program_def", contexts=TOP,
-   traits={SYMBOL}, regions=(RegionSpec("command.return", PROGRAM, isolated=True),),
+   traits={SYMBOL}, regions=(RegionSpec("command.return", PROGRAM, isolated=True),), region_names=("body",),
    example="command.program.def public @run(%n: index) launch(%b: buffer) where [range(%n, 1, 64)] {",
    symbol_kind="command program")
 op("command.program.decl", Modifiers(("public", "retain", "target")), SymName(), SigArgs("sig"),
    SigArgs("launch", glued=False), Where("launch"), rule="program_decl", contexts=TOP, traits={SYMBOL},
    example="command.program.decl public @run(%n: index) launch(%b: buffer)", symbol_kind="command program")
 op("command.program.launch", Callee(workload=True), CallTypes(results=False), rule="program_launch",
-   contexts=frozenset({PROGRAM}), traits={LAUNCH}, example="command.program.launch @stage[%n](%b) : [index](buffer)")
+   contexts=frozenset({PROGRAM}), traits={LAUNCH}, operands=("*args",),
+   example="command.program.launch @stage[%n](%b) : [index](buffer)")
 _CMD_YIELD = RegionSpec("command.yield", elide=True)
 for _n in ("concurrent", "serial"):
-    op(f"command.{_n}", Region(0), rule="no_operands", contexts=frozenset({PROGRAM}), regions=(_CMD_YIELD,),
+    op(f"command.{_n}", Region(0), rule="no_operands",
+       contexts=frozenset({PROGRAM}), regions=(_CMD_YIELD,), region_names=("body",),
        example=f"command.{_n} {{")
 op("command.yield", rule="no_operands", contexts=frozenset({PROGRAM}), traits={TERMINATOR},
    example="command.yield")
@@ -368,21 +429,27 @@ op("command.return", rule="no_operands", contexts=frozenset({PROGRAM}), traits={
    example="command.return")
 _CASE = frozenset({CASE})
 op("check.case", Modifiers(("public",)), SymName(), Region(0), rule="no_operands", contexts=TOP,
-   traits={SYMBOL}, regions=(RegionSpec("check.return", CASE, isolated=True),), example="check.case public @c {",
+   traits={SYMBOL}, regions=(RegionSpec("check.return", CASE, isolated=True),), region_names=("body",),
+   example="check.case public @c {",
    symbol_kind="check case")
 op("check.literal", KwParen("value", "lit"), TypeSame(operands=[]), rule="check_literal", contexts=_CASE,
+   results=_RESULT,
    example="%a = check.literal value(2.0) : f32")
 op("check.param.choice", KwParen("values", "lits"), KwParen("name", "str"), TypeSame(operands=[]),
-   rule="check_param", contexts=_CASE, example="%n = check.param.choice values([1, 64]) name(\"n\") : index")
+   rule="check_param", contexts=_CASE,
+   results=_RESULT, example="%n = check.param.choice values([1, 64]) name(\"n\") : index")
 op("check.generate.fill", KwParen("value", "lit"), TypeSame(operands=[]), rule="check_fill", contexts=_CASE,
+   results=_RESULT,
    example="%t = check.generate.fill value(0.0) : tensor<[%n]xf32>")
 op("check.generate.iota", KwParen("offset", "lit"), KwParen("step", "lit"), TypeSame(operands=[]),
-   rule="check_iota", contexts=_CASE, example="%t = check.generate.iota offset(1.0) step(0.5) : tensor<4x[%n]xf32>")
+   rule="check_iota", contexts=_CASE,
+   results=_RESULT, example="%t = check.generate.iota offset(1.0) step(0.5) : tensor<4x[%n]xf32>")
 op("check.expect.equal", KwParen("actual", "operand"), KwParen("expected", "operand"), TypeSame(result=False),
-   rule="check_expect", contexts=_CASE, example="check.expect.equal actual(%y) expected(%w) : tensor<[%n]xf32>")
+   rule="check_expect", contexts=_CASE, operands=("actual", "expected"),
+   example="check.expect.equal actual(%y) expected(%w) : tensor<[%n]xf32>")
 op("check.expect.close", KwParen("actual", "operand"), KwParen("expected", "operand"), KwParen("atol", "lit"),
    KwParen("rtol", "lit"), KwParen("nan", "ident", optional=True), TypeSame(result=False), rule="check_expect",
-   contexts=_CASE,
+   contexts=_CASE, operands=("actual", "expected"),
    example="check.expect.close actual(%y) expected(%w) atol(0.0) rtol(0.0001) nan(same) : f32")
 op("check.return", rule="no_operands", contexts=_CASE, traits={TERMINATOR}, example="check.return")
 op("check.benchmark", SymKind("case"), SymName(), Dict(), rule="benchmark", contexts=TOP, traits={SYMBOL},

@@ -7,7 +7,7 @@ the identity of the SSA value it names.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeGuard, Union
 
 if TYPE_CHECKING:
     from loomcli.ir.core import Value
@@ -133,13 +133,13 @@ def is_numeric(t: Type) -> bool:
     return isinstance(t, ScalarType) and t.category in ("int", "float")
 
 
-def is_vector(t: Type) -> bool:
+def is_vector(t: Type) -> TypeGuard[ShapedType]:
     return isinstance(t, ShapedType) and t.name == "vector"
 
 
-def is_view(t: Type) -> bool:
+def is_view(t: Type) -> TypeGuard[ShapedType]:
     return isinstance(t, ShapedType) and t.name == "view"
 
 
-def is_tensor(t: Type) -> bool:
+def is_tensor(t: Type) -> TypeGuard[ShapedType]:
     return isinstance(t, ShapedType) and t.name == "tensor"

@@ -142,17 +142,17 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
     decls: dict[str, Operation] = {}
     for op in module.ops:
         if op.name in ("config.decl", "config.def"):
-            decls.setdefault(op.attrs["sym"], op)
+            decls.setdefault(op.attr("sym"), op)
     values: dict[str, Any] = {}
     for index, op in enumerate(module.ops):
         if op.name not in ("config.decl", "config.def"):
             continue
-        key = op.attrs["sym"]
+        key = op.attr("sym")
         b = bindings.get(key)
-        t = op.attrs["type"]
+        t = op.attr("type")
         if b is None:
             if op.name == "config.def":  # the lowest binding level: a definition in the input
-                values[key] = op.attrs["value"]
+                values[key] = op.attr("value")
             continue
         value = coerce(b.value, t)
         if value is None:
@@ -179,7 +179,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
         for op in list(top.walk()):
             if op.name != "config.get":
                 continue
-            key = op.attrs["ref"]
+            key = op.attr("ref")
             if key in values:
                 _fold_get(op, values[key])
             elif require_resolved and key not in values:
@@ -197,7 +197,7 @@ def _fold_get(op: Operation, value: Any) -> None:
     from loomcli.ir.builder import substitute
     from loomcli.ir.ops import OPS
 
-    t = op.results[0].type
+    t = op.result().type
     if isinstance(value, bool) and t.name != "i1":
         value = int(value)
     if t.name in ("f16", "bf16", "f32", "f64"):

@@ -17,7 +17,7 @@ from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
 from loomcli.ir.ops import ops_with
-from loomcli.ir.types import I1, INDEX, OFFSET
+from loomcli.ir.types import I1, INDEX, OFFSET, ScalarType
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
 from loomcli.semantics.fold import (
@@ -71,7 +71,7 @@ def replace_results(op: Operation, rw: Rewriter, replacements: Sequence[Value | 
         if isinstance(rep, Lit):
             v = rw.constant_before(op, rep.value, r.type, r.name)
             if op.comments:
-                v.op.comments, op.comments = op.comments, []  # type: ignore[attr-defined]
+                v.op.comments, op.comments = op.comments, []
             values.append(v)
         else:
             values.append(rep)
@@ -102,14 +102,13 @@ def _int_pattern(v: Value) -> int | None:
     c = constant_of(v)
     if c is NOT_CONSTANT or isinstance(c, float):
         return None
-    t = v.type
-    bits = 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
-    return pattern(c, bits)
+    return pattern(c, _bits(v))
 
 
 def _bits(v: Value) -> int:
+    """The width of an integer-like value's pattern (index and offset: 64)."""
     t = v.type
-    return 64 if t is INDEX or t is OFFSET else t.bits  # type: ignore[union-attr]
+    return t.bits if isinstance(t, ScalarType) else 64
 
 
 def _is_int(v: Value, x: int) -> bool:
@@ -163,7 +162,7 @@ COMMUTATIVE = ops_with(COMMUTATIVE_TRAIT)
 
 def constant_to_right(op: Operation, rw: Rewriter) -> bool:
     """`c op x` -> `x op c` for commutative ops, so the identities below see one form."""
-    a, b = op.operands[0], op.operands[1]
+    a, b = op.operand("lhs"), op.operand("rhs")
     if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
         return False
     _swap_operands(op, rw)
@@ -172,16 +171,16 @@ def constant_to_right(op: Operation, rw: Rewriter) -> bool:
 
 def swap_compare(op: Operation, rw: Rewriter) -> bool:
     """`cmp P, c, x` -> `cmp swap(P), x, c`."""
-    a, b = op.operands[0], op.operands[1]
+    a, b = op.operand("lhs"), op.operand("rhs")
     if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
         return False
-    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attrs["predicate"]]
+    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attr("predicate")]
     _swap_operands(op, rw)
     return True
 
 
 def _swap_operands(op: Operation, rw: Rewriter) -> None:
-    a, b = op.operands[0], op.operands[1]
+    a, b = op.operand("lhs"), op.operand("rhs")
     if a is b:
         return
     rw.set_operand(op, 0, b)
@@ -193,13 +192,13 @@ def _swap_operands(op: Operation, rw: Rewriter) -> None:
 @simplifier
 def add_zero(op: Operation) -> list[Value | Lit] | None:
     """x + 0 -> x;  x - 0 -> x."""
-    return [op.operands[0]] if _is_int(op.operands[1], 0) else None
+    return [op.operand("lhs")] if _is_int(op.operand("rhs"), 0) else None
 
 
 @simplifier
 def sub_self(op: Operation) -> list[Value | Lit] | None:
     """x - x -> 0."""
-    return [_lit(op, 0)] if op.operands[0] is op.operands[1] else None
+    return [_lit(op, 0)] if op.operand("lhs") is op.operand("rhs") else None
 
 
 @simplifier
@@ -216,15 +215,15 @@ def mul_identity(op: Operation) -> list[Value | Lit] | None:
 @simplifier
 def div_one(op: Operation) -> list[Value | Lit] | None:
     """x / 1 -> x (signed forms: the constant's signed reading is 1)."""
-    c = op.operands[1]
+    c = op.operand("rhs")
     one = _is_signed_one(c) if op.opdef.name in ("scalar.divsi", "index.div") else _is_int(c, 1)
-    return [op.operands[0]] if one else None
+    return [op.operand("lhs")] if one else None
 
 
 @simplifier
 def rem_one(op: Operation) -> list[Value | Lit] | None:
     """x rem 1 -> 0."""
-    c = op.operands[1]
+    c = op.operand("rhs")
     one = _is_signed_one(c) if op.opdef.name in ("scalar.remsi", "index.rem") else _is_int(c, 1)
     return [_lit(op, 0)] if one else None
 
@@ -232,25 +231,25 @@ def rem_one(op: Operation) -> list[Value | Lit] | None:
 @simplifier
 def idempotent(op: Operation) -> list[Value | Lit] | None:
     """min/max/and/or of x with itself -> x."""
-    return [op.operands[0]] if op.operands[0] is op.operands[1] else None
+    return [op.operand("lhs")] if op.operand("lhs") is op.operand("rhs") else None
 
 
 @simplifier
 def and_constant(op: Operation) -> list[Value | Lit] | None:
     """x & 0 -> 0;  x & ~0 -> x."""
-    if _is_int(op.operands[1], 0):
+    if _is_int(op.operand("rhs"), 0):
         return [_lit(op, 0)]
-    if _is_int(op.operands[1], -1):
-        return [op.operands[0]]
+    if _is_int(op.operand("rhs"), -1):
+        return [op.operand("lhs")]
     return None
 
 
 @simplifier
 def or_constant(op: Operation) -> list[Value | Lit] | None:
     """x | 0 -> x;  x | ~0 -> ~0."""
-    if _is_int(op.operands[1], 0):
-        return [op.operands[0]]
-    if _is_int(op.operands[1], -1):
+    if _is_int(op.operand("rhs"), 0):
+        return [op.operand("lhs")]
+    if _is_int(op.operand("rhs"), -1):
         return [_lit(op, -1)]
     return None
 
@@ -258,23 +257,23 @@ def or_constant(op: Operation) -> list[Value | Lit] | None:
 @simplifier
 def xor_identity(op: Operation) -> list[Value | Lit] | None:
     """x ^ 0 -> x;  x ^ x -> 0."""
-    if op.operands[0] is op.operands[1]:
+    if op.operand("lhs") is op.operand("rhs"):
         return [_lit(op, 0)]
-    if _is_int(op.operands[1], 0):
-        return [op.operands[0]]
+    if _is_int(op.operand("rhs"), 0):
+        return [op.operand("lhs")]
     return None
 
 
 @simplifier
 def shift_zero(op: Operation) -> list[Value | Lit] | None:
     """x shifted by 0 -> x."""
-    return [op.operands[0]] if _is_int(op.operands[1], 0) else None
+    return [op.operand("lhs")] if _is_int(op.operand("rhs"), 0) else None
 
 
 @simplifier
 def madd_zero(op: Operation) -> list[Value | Lit] | None:
     """0 * b + c -> c;  a * 0 + c -> c."""
-    a, b, c = op.operands
+    a, b, c = op.operand("a"), op.operand("b"), op.operand("c")
     return [c] if _is_int(a, 0) or _is_int(b, 0) else None
 
 
@@ -285,20 +284,20 @@ _SELF_COMPARE = {"eq": True, "sle": True, "sge": True, "ule": True, "uge": True,
 @simplifier
 def compare_self(op: Operation) -> list[Value | Lit] | None:
     """x P x -> true or false (integer comparisons)."""
-    if op.operands[0] is not op.operands[1]:
+    if op.operand("lhs") is not op.operand("rhs"):
         return None
-    return [Lit(_SELF_COMPARE[op.attrs["predicate"]])]
+    return [Lit(_SELF_COMPARE[op.attr("predicate")])]
 
 
 def reassociate(op: Operation, rw: Rewriter) -> bool:
     """(x op c1) op c2 -> x op (c1 op c2) for add and mul of index and of
     integers without overflow flags (the inner op stays if used elsewhere)."""
-    inner_v, c2v = op.operands
+    inner_v, c2v = op.operand("lhs"), op.operand("rhs")
     c2 = constant_of(c2v)
     inner = _defining(inner_v, op.opdef.name)
     if c2 is NOT_CONSTANT or inner is None or _flags(op) or _flags(inner):
         return False
-    x, c1v = inner.operands
+    x, c1v = inner.operand("lhs"), inner.operand("rhs")
     if constant_of(c1v) is NOT_CONSTANT or constant_of(x) is not NOT_CONSTANT:
         return False
     try:
@@ -307,7 +306,7 @@ def reassociate(op: Operation, rw: Rewriter) -> bool:
         return False  # c1 op c2 leaves the index range: keep the chain
     if combined is None:
         return False
-    t = op.results[0].type
+    t = op.result().type
     c = rw.constant_before(op, combined[0], t, rw.fresh_name(op, "c"))
     rw.set_operand(op, 0, x)
     rw.set_operand(op, 1, c)
@@ -320,11 +319,11 @@ def reassociate(op: Operation, rw: Rewriter) -> bool:
 @simplifier
 def cast_round_trip(op: Operation) -> list[Value | Lit] | None:
     """index.cast back to the type it came from (index <-> offset) -> the original."""
-    inner = _defining(op.operands[0], "index.cast")
+    inner = _defining(op.operand("value"), "index.cast")
     if inner is None:
         return None
-    x = inner.operands[0]
-    if x.type is op.results[0].type and {x.type, inner.results[0].type} == {INDEX, OFFSET}:
+    x = inner.operand("value")
+    if x.type is op.result().type and {x.type, inner.result().type} == {INDEX, OFFSET}:
         return [x]
     return None
 
@@ -333,17 +332,17 @@ def cast_round_trip(op: Operation) -> list[Value | Lit] | None:
 def trunc_of_ext(op: Operation) -> list[Value | Lit] | None:
     """trunci (extsi|extui x) back to x's type -> x."""
     for name in ("scalar.extsi", "scalar.extui"):
-        inner = _defining(op.operands[0], name)
-        if inner is not None and inner.operands[0].type is op.results[0].type:
-            return [inner.operands[0]]
+        inner = _defining(op.operand("value"), name)
+        if inner is not None and inner.operand("value").type is op.result().type:
+            return [inner.operand("value")]
     return None
 
 
 def _undo(producer: str) -> Simplifier:
     def undo(op: Operation) -> list[Value | Lit] | None:
-        inner = _defining(op.operands[0], producer)
-        if inner is not None and inner.operands[0].type is op.results[0].type:
-            return [inner.operands[0]]
+        inner = _defining(op.operand("value"), producer)
+        if inner is not None and inner.operand("value").type is op.result().type:
+            return [inner.operand("value")]
         return None
     undo.__name__ = f"undo_{producer.split('.')[1]}"
     undo.__doc__ = f"op ({producer} x) back to x's type -> x."
@@ -356,19 +355,19 @@ def _undo(producer: str) -> Simplifier:
 @simplifier
 def addf_negative_zero(op: Operation) -> list[Value | Lit] | None:
     """x + -0.0 -> x (x + 0.0 is not: -0.0 + 0.0 = 0.0)."""
-    return [op.operands[0]] if _is_float(op.operands[1], -0.0) else None
+    return [op.operand("lhs")] if _is_float(op.operand("rhs"), -0.0) else None
 
 
 @simplifier
 def subf_zero(op: Operation) -> list[Value | Lit] | None:
     """x - 0.0 -> x."""
-    return [op.operands[0]] if _is_float(op.operands[1], 0.0) else None
+    return [op.operand("lhs")] if _is_float(op.operand("rhs"), 0.0) else None
 
 
 @simplifier
 def float_times_one(op: Operation) -> list[Value | Lit] | None:
     """x * 1.0 -> x;  x / 1.0 -> x."""
-    return [op.operands[0]] if _is_float(op.operands[1], 1.0) else None
+    return [op.operand("lhs")] if _is_float(op.operand("rhs"), 1.0) else None
 
 
 # ---------------------------------------------------------------- select and assume
@@ -378,13 +377,13 @@ def float_times_one(op: Operation) -> list[Value | Lit] | None:
 def select_simplify(op: Operation) -> list[Value | Lit] | None:
     """select on a constant -> the taken arm; equal arms -> the arm;
     select(c, true, false) : i1 -> c."""
-    c, a, b = op.operands
+    c, a, b = op.operand("condition"), op.operand("true_value"), op.operand("false_value")
     cond = constant_of(c)
     if cond is not NOT_CONSTANT:
         return [a if cond else b]
     if a is b:
         return [a]
-    if op.results[0].type is I1 and constant_of(a) is True and constant_of(b) is False:
+    if op.result().type is I1 and constant_of(a) is True and constant_of(b) is False:
         return [c]
     return None
 
@@ -392,7 +391,7 @@ def select_simplify(op: Operation) -> list[Value | Lit] | None:
 @simplifier
 def assume_nothing(op: Operation) -> list[Value | Lit] | None:
     """index.assume with no predicates -> its operands."""
-    return list(op.operands) if not op.attrs.get("preds") else None
+    return list(op.operand_group("values")) if not op.attr("preds", None) else None
 
 
 # ---------------------------------------------------------------- control flow
@@ -408,10 +407,10 @@ def _yields_fit(op: Operation, values: Sequence[Value]) -> bool:
 
 def if_constant_condition(op: Operation, rw: Rewriter) -> bool:
     """scf.if on a constant: the taken region replaces it; its yields are the results."""
-    cond = constant_of(op.operands[0])
+    cond = constant_of(op.operand("condition"))
     if cond is NOT_CONSTANT:
         return False
-    region = op.regions[0 if cond else 1]
+    region = op.region("then" if cond else "else")
     if not _yields_fit(op, region.ops[-1].operands):
         return False
     moved = region.ops[:-1]
@@ -432,8 +431,8 @@ def if_empty(op: Operation, rw: Rewriter) -> bool:
 
 def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
     """scf.for that runs 0 times -> its inits; exactly once -> its body with IV = lo."""
-    lo, hi, step = op.operands[:3]
-    inits = list(op.operands[3:])
+    lo, hi, step = op.operand("lower"), op.operand("upper"), op.operand("step")
+    inits = op.operand_group("inits")
     clo, chi, cstep = constant_of(lo), constant_of(hi), constant_of(step)
     zero = lo is hi or (clo is not NOT_CONSTANT and chi is not NOT_CONSTANT and clo >= chi)
     if zero:
@@ -444,7 +443,7 @@ def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
         return True
     if NOT_CONSTANT in (clo, chi, cstep) or cstep <= 0 or clo + cstep < chi:
         return False
-    body = op.regions[0]
+    body = op.region("body")
     if not _yields_fit(op, body.ops[-1].operands) or not constant_fits_uses(body.args[0], clo):
         return False
     for arg, init in zip(body.args[1:], inits):

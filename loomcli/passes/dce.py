@@ -145,7 +145,7 @@ def symbol_dce(module: Module) -> list[str]:
                 op.attrs["symbols"] = kept
             else:
                 rw.erase_op(op)
-    return [op.attrs["sym"] for op in dead]
+    return [op.attr("sym") for op in dead]
 
 
 @dataclass(frozen=True)

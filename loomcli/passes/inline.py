@@ -55,8 +55,8 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
     if callee.opdef.name not in _BODIES or callee is top_level_op(call) or call.parent is None:
         return False
     site = context_of(call.parent)
-    home = context_of(callee.regions[0])
-    body = callee.regions[0]
+    home = context_of(callee.region("body"))
+    body = callee.region("body")
     for arg, value in zip(body.args, call.operands):
         c = constant_of(value)
         if c is not NOT_CONSTANT and not constant_fits_uses(arg, c):
@@ -79,7 +79,7 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
 
 def inline_call(call: Operation, callee: Operation, rw: Rewriter) -> None:
     """Inline one call (assumed legal: see `can_inline`)."""
-    body = callee.regions[0]
+    body = callee.region("body")
     site = context_of(call.parent) if call.parent is not None else None
     mapping = dict(zip(body.args, call.operands))
     namer = rw.namer(call)

@@ -17,7 +17,7 @@ from typing import Any
 
 from loomcli.ir.builder import Namer, create, isolated_region, refs_of, remap_refs, top_level_op
 from loomcli.ir.clone import clone_op
-from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.core import Module, Operation, OpResult, Region, Value
 from loomcli.ir.ops import PURE, TERMINATOR
 from loomcli.ir.types import INDEX, OFFSET, Type
 from loomcli.semantics.fold import to_literal
@@ -109,11 +109,11 @@ class Rewriter:
                       names: Sequence[str] = ()) -> Operation:
         return self.insert_before(anchor, create(name, operands, result_types, attrs, names, anchor.loc))
 
-    def constant_before(self, anchor: Operation, value: Any, t: Type, name: str) -> Value:
+    def constant_before(self, anchor: Operation, value: Any, t: Type, name: str) -> OpResult:
         """Materialize a constant of type `t` (canonical value, see fold.py) before `anchor`."""
         opname = "index.constant" if t is INDEX or t is OFFSET else "scalar.constant"
         op = self.create_before(anchor, opname, (), (t,), {"value": to_literal(value, t)}, (name,))
-        return op.results[0]
+        return op.result()
 
     # ------------------------------------------------------------ changing uses
 

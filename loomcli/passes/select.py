@@ -21,7 +21,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import substitute
-from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.core import Module, Operation, Region, Signature, Value
 from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
@@ -63,7 +63,7 @@ class Decision:
 
 def _default_fold(op: Operation, operands: list[Any]) -> list[Any] | None:
     if op.name in ("index.constant", "scalar.constant"):
-        return [op.attrs["value"]]
+        return [op.attr("value")]
     try:
         from loomcli.semantics.fold import fold_values  # the exact semantics, once available
     except ImportError:  # pragma: no cover - fold lands with the canonicalizer
@@ -87,7 +87,7 @@ class Selector:
         self._providers: dict[str, list[Operation]] = {}
         for op in module.ops:
             if op.name == "template.def":
-                self._providers.setdefault(op.attrs["family"], []).append(op)
+                self._providers.setdefault(op.attr("family"), []).append(op)
 
     # ------------------------------------------------------------ driver
 
@@ -125,15 +125,17 @@ class Selector:
     def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
         sym = op.attrs.get("sym", "")
         profile = self._profile_of(op)
+        regions: list[tuple[Region, str, Signature | None]]
         if op.name == "kernel.def":
-            regions = [(op.regions[0], K_CFG, op.attrs["sig"]), (op.regions[1], K_BODY, op.attrs["launch"])]
+            regions = [(op.region("config"), K_CFG, op.signature("sig")),
+                       (op.region("body"), K_BODY, op.signature("launch"))]
         elif op.name in ("func.def", "template.def"):
-            ctx = {"device": F_DEV, "host": F_HOST}.get(op.attrs.get("convention"), F_ANY)
-            regions = [(op.regions[0], ctx, op.attrs["sig"])]
+            ctx = {"device": F_DEV, "host": F_HOST}.get(op.attr("convention", None), F_ANY)
+            regions = [(op.region("body"), ctx, op.signature("sig"))]
         elif op.name == "command.program.def":
-            regions = [(op.regions[0], PROGRAM, op.attrs["launch"])]
+            regions = [(op.region("body"), PROGRAM, op.signature("launch"))]
         elif op.name == "check.case":
-            regions = [(op.regions[0], CASE, None)]
+            regions = [(op.region("body"), CASE, None)]
         else:
             return
         for index, (region, ctx, sig) in enumerate(regions):
@@ -145,9 +147,9 @@ class Selector:
             if sig is not None and sig.where:
                 for p in sig.where:
                     facts.add(p)
-            if op.name == "command.program.def" and op.attrs["sig"].where:
-                for p in op.attrs["sig"].where:
-                    facts.add(p)
+            program_where = op.signature("sig").where if op.name == "command.program.def" else None
+            for p in program_where or ():
+                facts.add(p)
             self._walk(region, ctx, facts, sym, (index,), profile)
 
     def _order_of(self, v: Value) -> int:
@@ -194,40 +196,39 @@ class Selector:
     def _walk_if(self, op: Operation, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
                  profile: Profile | None) -> None:
         then_facts, else_facts = facts.child(), facts.child()
-        cond = op.operands[0] if op.operands else None
+        cond = op.operand("condition") if op.operands else None
         cmp = getattr(cond, "op", None)
         if cmp is not None and cmp.name == "index.cmp" and len(cmp.operands) == 2:
             a, b = cmp.operands
             ca, cb = facts.constant(a), facts.constant(b)
             if (ca is None) != (cb is None):
                 subject, c, left = (a, cb, False) if cb is not None else (b, ca, True)
-                then_iv, else_iv = branch_intervals(cmp.attrs["predicate"], c, left)
+                then_iv, else_iv = branch_intervals(cmp.attr("predicate"), c, left)
                 if then_iv:
                     then_facts.narrow(subject, *then_iv)
                 if else_iv:
                     else_facts.narrow(subject, *else_iv)
-        self._walk(op.regions[0], ctx, then_facts, sym, path + (0,), profile)
-        self._walk(op.regions[1], ctx, else_facts, sym, path + (1,), profile)
+        self._walk(op.region("then"), ctx, then_facts, sym, path + (0,), profile)
+        self._walk(op.region("else"), ctx, else_facts, sym, path + (1,), profile)
 
     def _learn(self, op: Operation, facts: Facts, profile: Profile | None) -> None:
         name = op.name
         if name == "index.assume":
-            for p in op.attrs.get("preds", []):
+            for p in op.attr("preds", []):
                 subject = p.args[0]
                 if subject in op.operands:
                     facts.add(p, op.results[op.operands.index(subject)])
         elif name == "config.get":
-            target = self.symbols.get(op.attrs["ref"])
+            target = self.symbols.get(op.attr("ref"))
             if target is not None and target.name == "config.def":
-                facts.constants[op.results[0]] = target.attrs["value"]
+                facts.constants[op.result()] = target.attr("value")
             elif target is not None and target.attrs.get("sig") is not None:
-                sig = target.attrs["sig"]
+                sig = target.signature("sig")
                 for p in sig.where or []:
-                    facts.add(p, op.results[0],
-                              [op.results[0] if a is sig.args[0] else a for a in p.args])
+                    facts.add(p, op.result(), [op.result() if a is sig.args[0] else a for a in p.args])
         elif name == "target.subgroup.size":
             if profile is not None and profile.subgroup_size:
-                facts.constants[op.results[0]] = profile.subgroup_size
+                facts.constants[op.result()] = profile.subgroup_size
         elif op.opdef.has("pure") and op.results and not op.regions:
             values = [facts.constant(v) for v in op.operands]
             if all(v is not None for v in values):
@@ -244,7 +245,7 @@ class Selector:
 
     def _select(self, op: Operation, ctx: str, facts: Facts, sym: str, path: tuple[int, ...],
                 profile: Profile | None) -> None:
-        family = op.attrs["family"]
+        family = op.attr("family")
         candidates = [self._weigh(p, op, ctx, facts, profile) for p in self._providers.get(family, [])]
         proven = [c for c in candidates if c.status == PROVEN]
         unknown = [c for c in candidates if c.status == UNKNOWN]
@@ -276,27 +277,27 @@ class Selector:
 
     def _weigh(self, provider: Operation, site: Operation, ctx: str, facts: Facts,
                profile: Profile | None) -> Candidate:
-        name = provider.attrs["sym"]
-        c = Candidate(name, provider.attrs.get("priority", 0), PROVEN)
-        conv = provider.attrs.get("convention")
+        name = provider.attr("sym")
+        c = Candidate(name, provider.attr("priority", 0), PROVEN)
+        conv = provider.attr("convention", None)
         if (conv == "device" and ctx not in DEVICE_SITES) or (conv == "host" and ctx not in HOST_SITES):
             c.status, c.why = REFUTED, f"{conv} provider at a {ctx} site"
             return c
         statuses: list[tuple[str, str]] = []
-        pinned = provider.attrs.get("target")
+        pinned = provider.attr("target", None)
         if pinned is not None:
             record = self.symbols.get(pinned)
             if profile is None:
                 statuses.append((UNKNOWN, f"target(@{pinned}) without a target"))
             elif record is None or not profile.matches_record(record.attrs.get("kind", "")):
                 statuses.append((REFUTED, f"target(@{pinned})"))
-        for req in provider.attrs.get("requires", []):
+        for req in provider.attr("requires", []):
             want = req.params[0] if getattr(req, "params", None) else None
             if profile is None or profile.subgroup_size is None:
                 statuses.append((UNKNOWN, f"requires subgroup size {want}"))
             elif profile.subgroup_size != want:
                 statuses.append((REFUTED, f"requires subgroup size {want}"))
-        sig = provider.attrs["sig"]
+        sig = provider.signature("sig")
         mapping = dict(zip(sig.args, site.operands))
         for p in sig.where or []:
             args = [mapping.get(a, a) if isinstance(a, Value) else a for a in p.args]
@@ -335,6 +336,6 @@ def select_templates(module: Module, profile: Profile | None = None, mode: str =
     s.run()
     diags = s.diags
     if require_resolved:
-        diags = diags + [Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attrs["ref"])
+        diags = diags + [Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attr("ref"))
                          for top in s.reached for op in top.walk() if op.name == "config.get"]
     return s.decisions, diags

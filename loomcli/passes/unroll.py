@@ -22,23 +22,23 @@ from loomcli.semantics.fold import NOT_CONSTANT, constant_of
 
 def trip_count(loop: Operation) -> int | None:
     """How often `loop` runs, when its bounds and step are constant (step > 0)."""
-    lo, hi, step = (constant_of(v) for v in loop.operands[:3])
+    lo, hi, step = (constant_of(loop.operand(name)) for name in ("lower", "upper", "step"))
     if NOT_CONSTANT in (lo, hi, step) or step <= 0:
         return None
     return max(0, -(-(hi - lo) // step))
 
 
 def _body_size(loop: Operation) -> int:
-    return sum(1 for op in loop.regions[0].ops for _ in op.walk())
+    return sum(1 for op in loop.region("body").ops for _ in op.walk())
 
 
 def _constants_fit(loop: Operation, trip: int) -> bool:
     """Every constant the copies substitute (IVs, constant carried values,
     constant results) suits its uses, so the unrolled loop still verifies."""
-    body = loop.regions[0]
+    body = loop.region("body")
     iv, carried_args = body.args[0], body.args[1:]
-    lo, step = constant_of(loop.operands[0]), constant_of(loop.operands[2])
-    carried: list[Any] = [constant_of(v) for v in loop.operands[3:]]
+    lo, step = constant_of(loop.operand("lower")), constant_of(loop.operand("step"))
+    carried: list[Any] = [constant_of(v) for v in loop.operand_group("inits")]
     yields = body.ops[-1].operands
     for k in range(trip):
         iv_value = lo + k * step
@@ -53,16 +53,16 @@ def _constants_fit(loop: Operation, trip: int) -> bool:
 
 
 def unroll_loop(loop: Operation, trip: int, rw: Rewriter) -> None:
-    body = loop.regions[0]
+    body = loop.region("body")
     iv = body.args[0]
-    lo, step = constant_of(loop.operands[0]), constant_of(loop.operands[2])
+    lo, step = constant_of(loop.operand("lower")), constant_of(loop.operand("step"))
     namer = rw.namer(loop)
-    carried: list[Value] = list(loop.operands[3:])
+    carried: list[Value] = loop.operand_group("inits")
     region = loop.parent
     assert region is not None
     first = region.ops.index(loop)
     for k in range(trip):
-        iv_value = rw.constant_before(loop, lo + k * step, loop.operands[0].type, namer.fresh(iv.name))
+        iv_value = rw.constant_before(loop, lo + k * step, loop.operand("lower").type, namer.fresh(iv.name))
         mapping: dict[Value, Value] = {iv: iv_value, **dict(zip(body.args[1:], carried))}
         carried = rw.clone_region_before(body, loop, mapping, namer)
     copies = region.ops[first:region.ops.index(loop)]

@@ -36,6 +36,10 @@ RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx
 # shared memory a launch opts into (cudaFuncAttributeMaxDynamicSharedMemorySize),
 # up to this per-block size (CUDA C Programming Guide, compute capabilities).
 NVPTX_SHARED_OPTIN = {"sm_80": 166912, "sm_89": 101376, "sm_90": 232448, "sm_100": 232448}
+# What every device family legalizes in Loom IR before instruction selection
+# (`Profile.legalize`): workgroup reductions become subgroup reductions,
+# workgroup memory and barriers, written once for all back ends.
+DEVICE_LEGALIZE = ("expand-collectives",)
 NVPTX_FEATURES = frozenset({"f16", "bf16", "f64", "i64", "int8_storage", "int16_storage",
                             "atomic_add_f32", "atomic_add_f64"})
 
@@ -128,7 +132,7 @@ class Profile:
 
 def amdgpu_profile(chip: str) -> Profile:
     return Profile("amdgpu", chip, 64 if chip in _WAVE64 else 32, triple="amdgcn-amd-amdhsa",
-                   code_object_version=6 if chip.endswith("-generic") else 5)
+                   code_object_version=6 if chip.endswith("-generic") else 5, legalize=DEVICE_LEGALIZE)
 
 
 # What IEEE behaviour a Vulkan driver may still change with the float
@@ -148,14 +152,14 @@ def spirv_profile(env: str) -> Profile:
                    max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128, max_private_bytes=16384,
                    index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env],
                    ieee_preserve_widths=(16, 32, 64) if SPIRV_VERSIONS[env] >= (1, 4) else (),
-                   driver_dependent=SPIRV_DRIVER_DEPENDENT)
+                   driver_dependent=SPIRV_DRIVER_DEPENDENT, legalize=DEVICE_LEGALIZE)
 
 
 def nvptx_profile(chip: str) -> Profile:
     return Profile("nvptx", chip, 32, triple="nvptx64-nvidia-cuda", max_workgroup_size=(1024, 1024, 64),
                    max_workgroup_storage_bytes=49152, max_workgroup_storage_optin_bytes=NVPTX_SHARED_OPTIN[chip],
                    max_workgroup_count=(U32_MAX >> 1, 65535, 65535), index_bitwidth=32, offset_bitwidth=64,
-                   features=NVPTX_FEATURES)
+                   features=NVPTX_FEATURES, legalize=DEVICE_LEGALIZE)
 
 
 REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,

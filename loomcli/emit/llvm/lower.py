@@ -129,12 +129,12 @@ class KernelPlan:
     lds_bytes: int
     lds_align: int
     alloca_offsets: dict[int, int]     # id(buffer.alloca<workgroup> op) -> byte offset
-    scratch_offset: int
 
 
 def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelPlan:
     """Workgroup memory of a kernel: its allocas by the walk of LANGUAGE.md
-    section 8, then the reduction scratch of `abi.reduction_scratch`."""
+    section 8 (the reduction scratch among them: `expand-collectives` made
+    it the last one)."""
     offsets: dict[int, int] = {}
     offset, align = 0, 1
     for op in kernel.regions[1].ops:
@@ -147,12 +147,8 @@ def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelP
                 raise LoweringError(f"workgroup alloca of @{kernel.attrs['sym']} has no constant size")
             offset += size
             align = max(align, a)
-    scratch_offset, scratch = abi.reduction_scratch(kernel, target.subgroup_size, max_flat)
-    total = abi.workgroup_storage_bytes(kernel, target.subgroup_size, max_flat)
-    if scratch:
-        align = max(align, abi.REDUCTION_SLOT_BYTES)
     return KernelPlan(kernel, target, abi.export_name(kernel), abi.workgroup_size_constants(kernel), max_flat,
-                      total, align, offsets, scratch_offset)
+                      offset, align, offsets)
 
 
 class ModuleLowering:
@@ -1662,79 +1658,3 @@ def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
 def _subgroup_reduce(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     _result(fl, op, subgroup_reduce(fl, op.attrs["kind"], t, fl.val(op.operands[0])))
-
-
-@handles("kernel.workgroup.reduce")
-def _workgroup_reduce(fl: FunctionLowering, op: Operation) -> None:
-    """Subgroup reduce; lane 0 of each subgroup writes its slot of the
-    scratch (`abi.reduction_scratch`); barrier; every lane folds the slots in
-    order; barrier again so the next site may reuse them."""
-    plan = fl.plan
-    if plan is None or fl.lds is None:
-        raise fl.error(op, "workgroup reduction outside a kernel body")
-    t = op.results[0].type
-    kind = op.attrs["kind"]
-    wave = fl.t.subgroup_size or 1
-    part = subgroup_reduce(fl, kind, t, fl.val(op.operands[0]))
-    ity = fl.index_ty
-    sizes = [workgroup_size(fl, d) for d in range(3)]
-    linear = workitem_id(fl, 2)
-    for d in (1, 0):
-        if linear != "0":
-            linear = fl.binop("mul", ity, linear, sizes[d], "nuw nsw")
-        tid = workitem_id(fl, d)
-        linear = tid if linear == "0" else (linear if tid == "0" else fl.binop("add", ity, linear, tid, "nuw nsw"))
-    shift = wave.bit_length() - 1
-    sg = fl.binop("lshr", ity, linear, str(shift), hint="subgroup") if linear != "0" else "0"
-    lane = fl.binop("and", ity, linear, str(wave - 1)) if linear != "0" else "0"
-    space = fl.t.space("workgroup")
-    pty = fl.ptr_ty(space)
-    elem = t if isinstance(t, ScalarType) else I1
-    write, join = fl.fresh("reduce.write"), fl.fresh("reduce.join")
-    leader = fl.inst(f"icmp eq {ity} {lane}, 0", "leader")
-    fl.emit(f"br i1 {leader}, label %{write}, label %{join}")
-    fl.start_block(write)
-    slot_off = fl.binop("add", "i32", str(plan.scratch_offset),
-                        fl.binop("shl", "i32", fl.resize(sg, fl.t.index_bits, 32, False), "3", "nuw nsw"), "nuw nsw")
-    slot = fl.inst(f"getelementptr inbounds i8, {pty} {fl.lds}, i32 {slot_off}", "slot")
-    store_value(fl, part, slot, space, elem, None)
-    fl.emit(f"br label %{join}")
-    fl.start_block(join)
-    barrier(fl, "workgroup", "acq_rel", "workgroup")
-
-    def read(j: str) -> str:
-        off = str(plan.scratch_offset + 8 * int(j)) if _digits(j) else fl.binop(
-            "add", "i32", str(plan.scratch_offset), fl.binop("shl", "i32", j, "3", "nuw nsw"), "nuw nsw")
-        p = fl.inst(f"getelementptr inbounds i8, {pty} {fl.lds}, i32 {off}", "slot")
-        return load_value(fl, p, space, elem, None, "part")
-
-    if plan.workgroup_size is not None:
-        flat = plan.workgroup_size[0] * plan.workgroup_size[1] * plan.workgroup_size[2]
-        acc = read("0")
-        for j in range(1, -(-flat // wave)):
-            acc = combine(fl, kind, t, acc, read(str(j)))
-    else:
-        flat = fl.binop("mul", ity, fl.binop("mul", ity, sizes[0], sizes[1], "nuw nsw"), sizes[2], "nuw nsw")
-        count = fl.binop("lshr", ity, fl.binop("add", ity, flat, str(wave - 1), "nuw nsw"), str(shift), hint="slots")
-        count = fl.resize(count, fl.t.index_bits, 32, False)
-        first = read("0")
-        pre = fl.block
-        head, body, done = fl.fresh("reduce.cond"), fl.fresh("reduce.body"), fl.fresh("reduce.end")
-        fl.emit(f"br label %{head}")
-        fl.start_block(head)
-        j = "%" + fl.fresh("j")
-        acc = "%" + fl.fresh("acc")
-        phi_at = len(fl.lines)
-        fl.lines += ["", ""]
-        more = fl.inst(f"icmp ult i32 {j}, {count}")
-        fl.emit(f"br i1 {more}, label %{body}, label %{done}")
-        fl.start_block(body)
-        nxt_acc = combine(fl, kind, t, acc, read(j))
-        nxt = fl.binop("add", "i32", j, "1", "nuw nsw")
-        latch = fl.block
-        fl.emit(f"br label %{head}")
-        fl.lines[phi_at] = f"  {j} = phi i32 [ 1, %{pre} ], [ {nxt}, %{latch} ]"
-        fl.lines[phi_at + 1] = f"  {acc} = phi {fl.ty(t)} [ {first}, %{pre} ], [ {nxt_acc}, %{latch} ]"
-        fl.start_block(done)
-    barrier(fl, "workgroup", "acq_rel", "workgroup")
-    _result(fl, op, acc)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import Artifact
-from loomcli.emit.spirv.builder import Builder
 from loomcli.emit.spirv.lower import BufferValue, Lowerer
 from loomcli.emit.spirv.memory import Facts, Root, RootAnalysis, SpecKey, decide_storage, sorted_roots
 from loomcli.emit.spirv.spec import (
@@ -29,7 +28,7 @@ from loomcli.emit.spirv.spec import (
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.types import BF16, F16, F32, F64, I1, I64, ScalarType
-from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, reduction_scratch, workgroup_size_constants
+from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, workgroup_size_constants
 from loomcli.targets.abi import workgroup_storage_bytes as storage_bytes
 
 MAX_INSTRUCTION_WORDS = 0xFFFF  # SPIR-V's word count is a 16-bit field
@@ -47,18 +46,9 @@ class KernelInfo:
     profile: Profile                  # the kernel's own (a pinned kernel uses its record's)
     abi: KernelABI
     workgroup_size: tuple[int, int, int]
-    scratch_bytes: int
     storage_bytes: int
     facts: Facts | None = None
     fw: FunctionWriter | None = None
-    scratch_var: int = 0
-
-    def scratch(self, b: Builder) -> int:
-        """The workgroup-reduction scratch (u32 words), created on first use."""
-        if not self.scratch_var:
-            words = max(self.scratch_bytes // 4, 2)
-            self.scratch_var = b.m.variable(SC.Workgroup, b.m.array(b.u32_t, words))
-        return self.scratch_var
 
 
 @dataclass(eq=False)
@@ -93,8 +83,7 @@ class SpirvEmitter:
             raise ValueError(f"@{kernel.attrs['sym']}: workgroup size unknown; emit through loomcli.emit.artifacts, "
                              "which runs the TARGET checks first")
         total = storage_bytes(kernel, p.subgroup_size, p.max_flat_workgroup_size)
-        _, scratch = reduction_scratch(kernel, p.subgroup_size, p.max_flat_workgroup_size)
-        return KernelInfo(kernel, p, kernel_abi(kernel, "spirv"), size, scratch, total)
+        return KernelInfo(kernel, p, kernel_abi(kernel, "spirv"), size, total)
 
     # ------------------------------------------------------------ globals
 

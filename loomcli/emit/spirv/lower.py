@@ -528,59 +528,6 @@ class Lowerer(Builder):
         vote = Op.GroupNonUniformAny if kind in ("minimumf", "maximumf") else Op.GroupNonUniformAll
         return self.select(self.val(vote, self.bool_t, scope, nan), m.fconst(bits, fm.NAN), r)
 
-    def workgroup_reduce(self, op: Operation, kind: str, t: ScalarType, v: int) -> int:
-        """Subgroup reduce, one slot per subgroup in workgroup scratch, a barrier, then
-        every invocation folds the slots in order; a final barrier frees the slots."""
-        assert self.kernel is not None
-        m = self.m
-        scratch = self.kernel.scratch(self)
-        self.fw.use_global(scratch)
-        ptr_t = m.pointer(SC.Workgroup, self.u32_t)
-        s = self.subgroup_reduce(kind, t, v)
-        sgid = self.builtin(BuiltIn.SubgroupId)
-        elect = self.val(Op.GroupNonUniformElect, self.bool_t, self.u32(Scope.Subgroup))
-        wide = t is not I1 and fm.cbits(t) == 64
-        pair = m.vector(self.u32_t, 2)
-
-        def slot_ptr(slot: int, word: int) -> int:
-            return self.val(Op.AccessChain, ptr_t, scratch, self.iadd(self.imul(slot, self.u32(2)), self.u32(word)))
-
-        def put() -> None:
-            if wide:
-                words = self.bitcast(pair, s)
-                for k in range(2):
-                    self.fw.op(Op.Store, slot_ptr(sgid, k), self.val(Op.CompositeExtract, self.u32_t, words, k))
-            elif t is I1:
-                self.fw.op(Op.Store, slot_ptr(sgid, 0), self.select(s, self.u32(1), self.u32(0)))
-            else:
-                self.fw.op(Op.Store, slot_ptr(sgid, 0), self.bitcast(self.u32_t, s) if is_float(t) else s)
-
-        def get(slot: int) -> int:
-            if wide:
-                lo = self.val(Op.Load, self.u32_t, slot_ptr(slot, 0))
-                hi = self.val(Op.Load, self.u32_t, slot_ptr(slot, 1))
-                return self.bitcast(self.typeof(s), self.val(Op.CompositeConstruct, pair, lo, hi))
-            w = self.val(Op.Load, self.u32_t, slot_ptr(slot, 0))
-            if t is I1:
-                return self.cmp(Op.INotEqual, w, self.u32(0))
-            return self.bitcast(self.typeof(s), w) if is_float(t) else w
-
-        self.if_then(elect, put)
-        self.barrier(Scope.Workgroup, Scope.Workgroup, BARRIER_WG)
-        # ceil(flat workgroup size / subgroup size), not NumSubgroups: lavapipe
-        # reports 12 for 100 invocations in subgroups of 8, dropping the short
-        # last subgroup (LANGUAGE.md 8 lets the last subgroup be short).
-        x, y, z = self.kernel.workgroup_size
-        sg = self.builtin(BuiltIn.SubgroupSize)
-        count = self.val(Op.UDiv, self.u32_t, self.iadd(self.u32(x * y * z), self.isub(sg, self.u32(1))), sg)
-        first = get(self.u32(0))
-        acc, _ = self.loop(
-            [first, self.u32(1)],
-            lambda vals: self.cmp(Op.ULessThan, vals[1], count),
-            lambda vals: [fm.combine(self, self, kind, t, vals[0], get(vals[1])), self.iadd(vals[1], self.u32(1))])
-        self.barrier(Scope.Workgroup, Scope.Workgroup, BARRIER_WG)
-        return acc
-
 
 def _combine_kind(kind: str) -> str:
     """The combining kind an atomic's read-modify-write applies."""
@@ -1174,16 +1121,12 @@ def _barrier(lo: Lowerer, op: Operation) -> None:
     lo.barrier(scope, scope, sem)
 
 
-@lowers("kernel.subgroup.reduce", "kernel.workgroup.reduce")
-def _reduce(lo: Lowerer, op: Operation) -> None:
+@lowers("kernel.subgroup.reduce")
+def _subgroup_reduce(lo: Lowerer, op: Operation) -> None:
     t: ScalarType = op.results[0].type  # type: ignore[assignment]
     kind = op.attrs["kind"]
     wt, v = lo.promote(t, kind, lo.get(op.operands[0]))
-    if op.name == "kernel.subgroup.reduce":
-        r = lo.subgroup_reduce(kind, wt, v)
-    else:
-        r = lo.workgroup_reduce(op, kind, wt, v)
-    lo.env[op.results[0]] = lo.demote(t, wt, r)
+    lo.env[op.results[0]] = lo.demote(t, wt, lo.subgroup_reduce(kind, wt, v))
 
 
 # ------------------------------------------------------------ calls and leftovers
