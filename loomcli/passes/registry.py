@@ -96,6 +96,7 @@ _REGISTRY: dict[str, str | type[ModulePass]] = {
     "canonicalize": "loomcli.passes.canonicalize:Canonicalize",
     "cse": "loomcli.passes.cse:CommonSubexpressionElimination",
     "dce": "loomcli.passes.dce:DeadCodeElimination",
+    "expand-math": "loomcli.passes.expand_math:ExpandMath",
     "inline": "loomcli.passes.inline:Inline",
     "select-templates": "loomcli.passes.specialize:SelectTemplates",
     "specialize-config": "loomcli.passes.specialize:SpecializeConfig",

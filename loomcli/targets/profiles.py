@@ -71,6 +71,11 @@ class Profile:
     # family's instruction selector: what the target cannot select directly
     # is legalized once, in Loom IR, for every family alike.
     legalize: tuple[str, ...] = ()
+    # (function, Loom float type) pairs the target's own lowering computes
+    # within the accuracy LANGUAGE.md 7.2 and docs/math.md promise over the
+    # whole range ("exp2", "f32"); `expand-math` builds every other
+    # exp/exp2/log/log2/sin/cos/tanh/pow from Loom scalar ops.
+    native_math: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def name(self) -> str:
@@ -126,9 +131,28 @@ class Profile:
         return d
 
 
+# LLVM's AMDGPU lowering of exp, exp2, log and log2 in f32 and f16 is
+# accurate to about 1 ulp over the whole range (range reduction and
+# denormal scaling around v_exp/v_log). Its sin and cos are NOT: v_sin takes
+# x/2pi scaled in single precision, which loses every bit for large
+# arguments, so they are expanded; AMDGPU has no f64 transcendental
+# instructions at all.
+AMDGPU_NATIVE_MATH = frozenset((fn, t) for fn in ("exp", "exp2", "log", "log2") for t in ("f32", "f16"))
+# NVPTX: LLVM lowers only exp2 without libdevice, to `ex2.approx.f32`, whose
+# maximum error PTX documents as 2 ulp over the full range (subnormal
+# results included without .ftz): the f32 accuracy docs/math.md states.
+# ex2.approx.f16's error bound (2^-9.9 relative) exceeds f16's 1 ulp, so
+# f16 and bf16 exp2 go through the f32 instruction and round once.
+NVPTX_NATIVE_MATH = frozenset({("exp2", "f32")})
+# SPIR-V: none. Vulkan's precision for GLSL.std.450 Exp/Log/Sin/... is far
+# from "a few ulp" (lavapipe: hundreds of ulp near hard arguments).
+LEGALIZE = ("expand-math",)
+
+
 def amdgpu_profile(chip: str) -> Profile:
     return Profile("amdgpu", chip, 64 if chip in _WAVE64 else 32, triple="amdgcn-amd-amdhsa",
-                   code_object_version=6 if chip.endswith("-generic") else 5)
+                   code_object_version=6 if chip.endswith("-generic") else 5, legalize=LEGALIZE,
+                   native_math=AMDGPU_NATIVE_MATH)
 
 
 # What IEEE behaviour a Vulkan driver may still change with the float
@@ -148,14 +172,14 @@ def spirv_profile(env: str) -> Profile:
                    max_workgroup_count=(65535, 65535, 65535), max_push_constant_bytes=128, max_private_bytes=16384,
                    index_bitwidth=32, offset_bitwidth=32, spirv_version=SPIRV_VERSIONS[env],
                    ieee_preserve_widths=(16, 32, 64) if SPIRV_VERSIONS[env] >= (1, 4) else (),
-                   driver_dependent=SPIRV_DRIVER_DEPENDENT)
+                   driver_dependent=SPIRV_DRIVER_DEPENDENT, legalize=LEGALIZE)
 
 
 def nvptx_profile(chip: str) -> Profile:
     return Profile("nvptx", chip, 32, triple="nvptx64-nvidia-cuda", max_workgroup_size=(1024, 1024, 64),
                    max_workgroup_storage_bytes=49152, max_workgroup_storage_optin_bytes=NVPTX_SHARED_OPTIN[chip],
                    max_workgroup_count=(U32_MAX >> 1, 65535, 65535), index_bitwidth=32, offset_bitwidth=64,
-                   features=NVPTX_FEATURES)
+                   features=NVPTX_FEATURES, legalize=LEGALIZE, native_math=NVPTX_NATIVE_MATH)
 
 
 REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,

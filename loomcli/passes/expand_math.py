@@ -1,0 +1,144 @@
+"""`expand-math`: the transcendental functions a target lacks, as Loom ops.
+
+Every `scalar.expf exp2f logf log2f sinf cosf tanhf powf` whose (function,
+type) the profile does not list in `native_math` becomes a call of a
+private pure function built once per module from `mathlib`'s routines:
+
+    %y = scalar.sinf %x : f32
+    ->
+    %y = func.call pure @loom.math.sin.f32(%x) : (f32) -> (f32)
+
+Functions rather than inline copies: sin and cos are a few hundred ops
+each (the Payne-Hanek reduction alone is two hundred), a kernel often
+calls one function many times, and every back end lowers `func.call`; a
+later `inline` pass may still inline them. The names start with
+`loom.math.` and take the linker's `.N` suffix if a module already has
+such a symbol, so they never collide with a user's.
+
+f16 and bf16 go through f32 and round once (`extf`, the f32 function or
+the native f32 op, `fptrunc`); f32 pow goes through the f64 routine when
+the profile has f64, as does pow's double-word core. Without a target
+nothing is native and f64 and i64 are assumed (what `loom opt` shows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from loomcli.ir.builder import Namer, create, substitute
+from loomcli.ir.core import BlockArgument, Module, Operation, Signature, Value
+from loomcli.ir.types import BF16, F16, F32, F64, Type
+from loomcli.passes import mathlib
+from loomcli.passes.mathlib import Builder, MathLib
+from loomcli.passes.registry import ModulePass, PassContext
+
+# Loom op -> the function's name in profiles' `native_math`.
+TRANSCENDENTAL = {"scalar.expf": "exp", "scalar.exp2f": "exp2", "scalar.logf": "log", "scalar.log2f": "log2",
+                  "scalar.sinf": "sin", "scalar.cosf": "cos", "scalar.tanhf": "tanh", "scalar.powf": "pow"}
+_NARROW = (F16, BF16)
+
+
+@dataclass(frozen=True)
+class ExpandMath(ModulePass):
+    name = "expand-math"
+    summary = "expand exp, log, sin, cos, tanh, pow the target lacks into Loom scalar ops (private functions)"
+
+    def run(self, module: Module, ctx: PassContext) -> None:
+        profile = ctx.target
+        native = profile.native_math if profile is not None else frozenset()
+        features = profile.features if profile is not None else frozenset({"f64", "i64"})
+        library = Library(module, features)
+        todo = [op for top in module.ops for op in top.walk() if op.name in TRANSCENDENTAL]
+        for op in todo:
+            fn = TRANSCENDENTAL[op.name]
+            t = op.results[0].type
+            if (fn, t.name) in native:
+                continue
+            narrow = t in _NARROW
+            if narrow and (fn, "f32") in native:
+                _widen(op, F32, lambda at, args: _native_op(at, op, args))
+            elif narrow:
+                _widen(op, F32, lambda at, args: library.call_op(fn, F32, args))
+            else:
+                substitute(op, library.call_op(fn, t, op.operands, results=False))
+
+
+def _native_op(at: Operation, op: Operation, args: list[Value]) -> Operation:
+    return create(op.name, args, [F32], {"flags": op.attrs.get("flags", ())})
+
+
+def _widen(op: Operation, wide: Type, make: object) -> None:
+    """Replace `op` (of a narrow float type) by extf, `make`'s f32 op, fptrunc."""
+    namer = Namer.for_op(op)
+    region = op.parent
+    assert region is not None
+    at = region.ops.index(op)
+    ext = [create("scalar.extf", [v], [wide], names=[namer.fresh("wide")]) for v in op.operands]
+    inner = make(op, [e.results[0] for e in ext])  # type: ignore[operator]
+    inner.results[0].name = namer.fresh("wide")
+    for k, new in enumerate([*ext, inner]):
+        region.ops.insert(at + k, new)
+        new.parent = region
+    substitute(op, create("scalar.fptrunc", [inner.results[0]]))  # takes over op's result
+
+
+class Library:
+    """The math functions of one module, built when first called."""
+
+    def __init__(self, module: Module, features: Iterable[str]) -> None:
+        self.module = module
+        self.features = frozenset(features)
+        self.names: dict[tuple[str, str], str] = {}
+        self.taken = set(module.symbols())
+
+    def call_op(self, fn: str, t: Type, args: Iterable[Value], results: bool = True) -> Operation:
+        """A call of the function; without `results`, for `substitute` to give it the replaced op's."""
+        name = self.function(fn, t)
+        return create("func.call", list(args), [t] if results else [], {"pure": True, "callee": name, "nworkload": 0,
+                                                     "written_nworkload": 0})
+
+    def function(self, fn: str, t: Type) -> str:
+        key = (fn, t.name)
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = self._fresh(f"loom.math.{fn}.{t.name}")
+            self.module.body.append(self._build(name, fn, t))
+        return name
+
+    def _fresh(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}.{n}"
+        self.taken.add(name)
+        return name
+
+    def _build(self, name: str, fn: str, t: Type) -> Operation:
+        arity = 2 if fn == "pow" else 1
+        fdef = create("func.def", attrs={"pure": True, "sym": name})
+        body = fdef.regions[0]
+        arg_names = ("x", "y")[:arity]
+        body.args = [BlockArgument(n, t, body, i) for i, n in enumerate(arg_names)]
+        fdef.attrs["sig"] = Signature(body.args, [t])
+        b = Builder(body, Namer(taken=arg_names))
+        lib = MathLib(b, t.bits, "i64" in self.features)  # type: ignore[attr-defined]
+        if fn == "pow":
+            result = mathlib.pow_special(lib, *body.args, core=self._pow_core(lib, t))
+        else:
+            result = mathlib.UNARY[fn](lib, body.args[0])
+        b.op("func.return", [result], ())
+        return fdef
+
+    def _pow_core(self, lib: MathLib, t: Type):  # type: ignore[no-untyped-def]
+        if t is F32 and "f64" in self.features:
+            def through_f64(ax: Value, y: Value) -> Value:
+                wide = [lib.cast("extf", v, F64) for v in (ax, y)]
+                call = lib.b.op("func.call", wide, [F64], {"pure": True, "callee": self.function("pow", F64),
+                                                           "nworkload": 0, "written_nworkload": 0}, "p")
+                return lib.cast("fptrunc", call.results[0], F32)
+            return through_f64
+        return lambda ax, y: mathlib.pow_core(lib, ax, y)
+
+
+__all__ = ["TRANSCENDENTAL", "ExpandMath"]
