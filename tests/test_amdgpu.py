@@ -481,7 +481,7 @@ def host() -> tuple[Any, Any]:
                         features="", index_bits=32, offset_bits=64, subgroup_size=None, address_space=flat,
                         kernel_cc="", kernel_attributes=(), kernel_metadata_folded=(), module_flags=(),
                         coordinates={}, syncscope={}, control_barrier={}, shuffle=(), broadcast_first=(),
-                        active_lanes=(), native_math=frozenset())  # exp, log, sin... are expanded
+                        active_lanes=())
     return target, tm
 
 
@@ -517,16 +517,22 @@ def _to_bits(name: str, llty: str, v: str) -> list[str]:
     return [f"%rr = zext {llty} {v} to i64"]
 
 
-def jit_function(source: str, name: str = "f") -> Any:
-    """Lower `func.def device @f` with a host target and JIT it behind a
-    wrapper taking and returning bit patterns as i64."""
+def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str, str]] = frozenset()) -> Any:
+    """Legalize `func.def device @f` as emission does (`expand-math`, with
+    `native_math` left to the target: the host's libm here), lower it with a
+    host target and JIT it behind a wrapper taking and returning bit
+    patterns as i64."""
     import ctypes
+    from dataclasses import replace
 
     from loomcli.emit.llvm.lower import ModuleLowering
     from loomcli.frontend import parse_text
+    from loomcli.passes import PassContext, parse_pipeline
+    from loomcli.targets.profiles import REFERENCE
 
     target, tm = host()
     module = parse_text(source)
+    parse_pipeline("expand-math").run(module, PassContext(target=replace(REFERENCE, native_math=native_math)))
     callee = module.symbols()[name]
     lowering = ModuleLowering(module, target)
     fn = lowering.device_function(callee, ())

@@ -22,6 +22,7 @@ import pytest
 
 from loomcli.diagnostics import CompileError
 from loomcli.emit import Artifact
+from loomcli.emit.artifacts import emit as emit_artifact
 from loomcli.emit.spirv import disassemble, emit_spirv
 from loomcli.pipeline import CompileOptions, compile_module
 from loomcli.semantics import fold
@@ -42,7 +43,7 @@ def emit(path: Path | str, env: str = "vulkan1.3", **options: Any) -> Artifact:
     if key not in _CACHE or options:
         profile = parse_target("spirv:" + env)
         compiled = compile_module(CompileOptions(input=str(path), profile=profile, **options))
-        art = emit_spirv(compiled.module, profile)
+        art = emit_artifact(compiled.module, profile, "spirv-binary")  # legalized as every compile is
         if options:
             return art
         _CACHE[key] = art

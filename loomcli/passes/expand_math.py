@@ -55,32 +55,27 @@ class ExpandMath(ModulePass):
             t = op.results[0].type
             if (fn, t.name) in native:
                 continue
-            narrow = t in _NARROW
-            if narrow and (fn, "f32") in native:
-                _widen(op, F32, lambda at, args: _native_op(at, op, args))
-            elif narrow:
-                _widen(op, F32, lambda at, args: library.call_op(fn, F32, args))
+            if t in _NARROW:  # through f32, one rounding at the end
+                namer = Namer.for_op(op)
+                wide = [_insert_before(op, create("scalar.extf", [v], [F32]), namer) for v in op.operands]
+                if (fn, "f32") in native:
+                    inner = create(op.name, wide, [F32], {"flags": op.attrs.get("flags", ())})
+                else:
+                    inner = library.call_op(fn, F32, wide)
+                substitute(op, create("scalar.fptrunc", [_insert_before(op, inner, namer)]))
             else:
                 substitute(op, library.call_op(fn, t, op.operands, results=False))
 
 
-def _native_op(at: Operation, op: Operation, args: list[Value]) -> Operation:
-    return create(op.name, args, [F32], {"flags": op.attrs.get("flags", ())})
-
-
-def _widen(op: Operation, wide: Type, make: object) -> None:
-    """Replace `op` (of a narrow float type) by extf, `make`'s f32 op, fptrunc."""
-    namer = Namer.for_op(op)
-    region = op.parent
+def _insert_before(anchor: Operation, op: Operation, namer: Namer) -> Value:
+    """Put `op` before `anchor`; its result, freshly named."""
+    region = anchor.parent
     assert region is not None
-    at = region.ops.index(op)
-    ext = [create("scalar.extf", [v], [wide], names=[namer.fresh("wide")]) for v in op.operands]
-    inner = make(op, [e.results[0] for e in ext])  # type: ignore[operator]
-    inner.results[0].name = namer.fresh("wide")
-    for k, new in enumerate([*ext, inner]):
-        region.ops.insert(at + k, new)
-        new.parent = region
-    substitute(op, create("scalar.fptrunc", [inner.results[0]]))  # takes over op's result
+    region.ops.insert(region.ops.index(anchor), op)
+    op.parent = region
+    result = op.results[0]
+    result.name = namer.fresh("wide")
+    return result
 
 
 class Library:
