@@ -31,6 +31,7 @@ from loomcli.emit.amdgpu import elf as E
 from loomcli.emit.amdgpu.manifest import code_object_metadata, kernel_metadata
 from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.emit.artifacts import emit as emit_artifact  # legalized, as every compile is
+from loomcli.emit.artifacts import legalize
 from loomcli.errors import LoomError
 from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.pipeline import CompileOptions, compile_module
@@ -343,7 +344,7 @@ def test_llvm_readelf_and_objdump_read_the_code_object(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", ALL_INPUTS, ids=lambda p: Path(p).stem)
 def test_python_linker_matches_ld_lld(tmp_path: Path, chip: str, path: str) -> None:
     p = parse_target(f"amdgpu:{chip}")
-    ir, _, _ = lower(compiled(path, chip), p)
+    ir, _, _ = lower(legalize(compiled(path, chip), p), p)
     obj = codegen(ir, p, "object")
     (tmp_path / "k.o").write_bytes(obj)
     subprocess.run([tool("ld.lld"), "-shared", str(tmp_path / "k.o"), "-o", str(tmp_path / "k.so")], check=True)
@@ -365,7 +366,7 @@ def test_python_linker_matches_ld_lld(tmp_path: Path, chip: str, path: str) -> N
 
 def test_linker_resolves_call_relocations() -> None:
     p = parse_target("amdgpu:gfx1100")
-    ir, _, _ = lower(compiled(str(INPUTS / "control.loom")), p)
+    ir, _, _ = lower(legalize(compiled(str(INPUTS / "control.loom")), p), p)
     obj = E.read_elf(codegen(ir, p, "object"))
     rela = obj.section(".rela.text")
     assert rela is not None and len(rela.data) >= E.RELA.size  # s_getpc + REL32_LO/HI for the calls
