@@ -23,7 +23,7 @@ nothing is native and f64 and i64 are assumed (what `loom opt` shows).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from loomcli.ir.builder import Namer, create, substitute
@@ -89,9 +89,7 @@ class Library:
 
     def call_op(self, fn: str, t: Type, args: Iterable[Value], results: bool = True) -> Operation:
         """A call of the function; without `results`, for `substitute` to give it the replaced op's."""
-        name = self.function(fn, t)
-        return create("func.call", list(args), [t] if results else [], {"pure": True, "callee": name, "nworkload": 0,
-                                                     "written_nworkload": 0})
+        return _call(self.function(fn, t), list(args), [t] if results else [])
 
     def function(self, fn: str, t: Type) -> str:
         key = (fn, t.name)
@@ -125,15 +123,21 @@ class Library:
         b.op("func.return", [result], ())
         return fdef
 
-    def _pow_core(self, lib: MathLib, t: Type):  # type: ignore[no-untyped-def]
+    def _pow_core(self, lib: MathLib, t: Type) -> Callable[[Value, Value], Value]:
+        """|x|**y for finite positive |x| and finite y: f32 through the f64 function where there is f64."""
         if t is F32 and "f64" in self.features:
             def through_f64(ax: Value, y: Value) -> Value:
-                wide = [lib.cast("extf", v, F64) for v in (ax, y)]
-                call = lib.b.op("func.call", wide, [F64], {"pure": True, "callee": self.function("pow", F64),
-                                                           "nworkload": 0, "written_nworkload": 0}, "p")
+                call = _call(self.function("pow", F64), [lib.cast("extf", v, F64) for v in (ax, y)], [F64])
+                lib.b.region.append(call)
+                call.results[0].name = lib.b.namer.fresh("wide")
                 return lib.cast("fptrunc", call.results[0], F32)
             return through_f64
         return lambda ax, y: mathlib.pow_core(lib, ax, y)
+
+
+def _call(callee: str, args: list[Value], result_types: list[Type]) -> Operation:
+    return create("func.call", args, result_types, {"pure": True, "callee": callee, "nworkload": 0,
+                                                    "written_nworkload": 0})
 
 
 __all__ = ["TRANSCENDENTAL", "ExpandMath"]
