@@ -122,10 +122,11 @@ def ulps(t: str, got: float, want: float) -> float:
     return abs(ordinal(got) - ordinal(want))
 
 
-def run_expanded(fn: str, t: str, cases: list[tuple[float, ...]], native: frozenset[tuple[str, str]] = frozenset()) \
+def run_expanded(fn: str, t: str, cases: list[tuple[float, ...]], features: frozenset[str] = REFERENCE.features) \
         -> list[float]:
     module = parse_text(kernel_source(fn, t, len(cases)))
-    profile = replace(REFERENCE, native_math=native)
+    profile = replace(REFERENCE, features=features)
+    native: frozenset[tuple[str, str]] = frozenset()
     parse_pipeline("expand-math").run(module, PassContext(target=profile, verify_each=True))
     assert not any(op.name in TRANSCENDENTAL and (TRANSCENDENTAL[op.name], op.results[0].type.name) not in native
                    for op in module.walk())
@@ -139,13 +140,17 @@ def run_expanded(fn: str, t: str, cases: list[tuple[float, ...]], native: frozen
             for j in range(len(cases))]
 
 
-CASES = [(fn, t) for fn in OPS for t in TYPES]
+# (function, type, profile features): every pair on the reference profile;
+# f32 without f64 and i64 (pow's f32 double-word path, 16-bit limb products).
+CASES = [(fn, t, REFERENCE.features) for fn in OPS for t in TYPES]
+CASES += [(fn, "f32", frozenset()) for fn in ("pow", "sin", "cos")]
 
 
-@pytest.mark.parametrize(("fn", "t"), CASES, ids=[f"{fn}-{t}" for fn, t in CASES])
-def test_expanded_math_is_within_the_documented_ulps(fn: str, t: str) -> None:
+@pytest.mark.parametrize(("fn", "t", "features"), CASES,
+                         ids=[f"{fn}-{t}{'' if f else '-no-f64-i64'}" for fn, t, f in CASES])
+def test_expanded_math_is_within_the_documented_ulps(fn: str, t: str, features: frozenset[str]) -> None:
     cases = inputs(fn, t)
-    got = run_expanded(fn, t, cases)
+    got = run_expanded(fn, t, cases, features)
     bad = []
     for args, g in zip(cases, got):
         want = representable(t, reference(fn, args))
@@ -181,3 +186,22 @@ def test_native_functions_stay_for_the_selector() -> None:
 @pytest.mark.parametrize("target", ["spirv:vulkan1.3", "amdgpu:gfx1100", "nvptx:sm_90"])
 def test_device_profiles_legalize_with_expand_math(target: str) -> None:
     assert "expand-math" in parse_target(target).legalize
+
+
+def test_f64_math_without_i64_is_target_005() -> None:
+    from loomcli.diagnostics import CompileError
+
+    module = parse_text(kernel_source("sin", "f64", 2))
+    profile = replace(parse_target("spirv:vulkan1.3"), features=frozenset({"f64"}))
+    with pytest.raises(CompileError) as e:
+        parse_pipeline("expand-math").run(module, PassContext(target=profile))
+    [d] = e.value.diagnostics
+    assert d.code == "TARGET/005" and "i64 for scalar.sinf on f64" in d.message and d.line > 0
+
+
+def test_f32_pow_without_i64_stays_in_f32() -> None:
+    module = parse_text(kernel_source("pow", "f32", 2))
+    profile = replace(parse_target("spirv:vulkan1.3"), features=frozenset({"f64"}))
+    parse_pipeline("expand-math").run(module, PassContext(target=profile, verify_each=True))
+    text = print_module(module)
+    assert "@loom.math.pow.f32" in text and "f64" not in text and "i64" not in text

@@ -17,8 +17,10 @@ such a symbol, so they never collide with a user's.
 
 f16 and bf16 go through f32 and round once (`extf`, the f32 function or
 the native f32 op, `fptrunc`); f32 pow goes through the f64 routine when
-the profile has f64, as does pow's double-word core. Without a target
-nothing is native and f64 and i64 are assumed (what `loom opt` shows).
+the profile has f64 (and i64). The f64 routines handle exponent bits in i64: f64
+math on a profile with f64 but without i64 is TARGET/005 at the op (no
+profile here is such). Without a target nothing is native and f64 and i64
+are assumed (what `loom opt` shows).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import Namer, create, substitute
 from loomcli.ir.core import BlockArgument, Module, Operation, Signature, Value
 from loomcli.ir.types import BF16, F16, F32, F64, Type
@@ -49,12 +52,16 @@ class ExpandMath(ModulePass):
         native = profile.native_math if profile is not None else frozenset()
         features = profile.features if profile is not None else frozenset({"f64", "i64"})
         library = Library(module, features)
-        todo = [op for top in module.ops for op in top.walk() if op.name in TRANSCENDENTAL]
-        for op in todo:
+        todo = [(top, op) for top in module.ops for op in top.walk() if op.name in TRANSCENDENTAL]
+        for top, op in todo:
             fn = TRANSCENDENTAL[op.name]
             t = op.results[0].type
             if (fn, t.name) in native:
                 continue
+            if t is F64 and "i64" not in features:
+                # The f64 routines read and build exponent bits through i64.
+                raise CompileError([Diagnostic.make("TARGET/005", module.path, op.loc, k=top.attrs.get("sym", "?"),
+                                                    feature=f"i64 for {op.name} on f64", target=profile.name)])
             if t in _NARROW:  # through f32, one rounding at the end
                 namer = Namer.for_op(op)
                 wide = [_insert_before(op, create("scalar.extf", [v], [F32]), namer) for v in op.operands]
@@ -125,7 +132,7 @@ class Library:
 
     def _pow_core(self, lib: MathLib, t: Type) -> Callable[[Value, Value], Value]:
         """|x|**y for finite positive |x| and finite y: f32 through the f64 function where there is f64."""
-        if t is F32 and "f64" in self.features:
+        if t is F32 and {"f64", "i64"} <= self.features:
             def through_f64(ax: Value, y: Value) -> Value:
                 call = _call(self.function("pow", F64), [lib.cast("extf", v, F64) for v in (ax, y)], [F64])
                 lib.b.region.append(call)
