@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -94,7 +96,7 @@ def kernel_source(fn: str, t: str, n: int) -> str:
     views = "\n".join(f"  %v{k} = buffer.view %in{k}[%o] : buffer -> view<{n}x{t}>" for k in range(arity))
     args = ", ".join(f"%a{k}" for k in range(arity))
     params = ", ".join(f"%in{k}: buffer" for k in range(arity))
-    return (f"kernel.def @k() {{\n"
+    return (f"kernel.def export(\"k\") @k() {{\n"
             f"  %one = index.constant 1 : index\n"
             f"  %n = index.constant {n} : index\n"
             f"  kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%n, %one, %one) : index\n"
@@ -226,6 +228,48 @@ def test_the_llvm_lowering_of_the_expansion_gives_the_interpreters_bits(fn: str,
     differ = []
     for case, want in zip(cases, run_expanded(fn, t, cases)):
         got = float_from_bits(elem, jitted(*(float_bits(elem, a) for a in case)))
+        if not (math.isnan(got) and math.isnan(want)) and float_bits(elem, got) != float_bits(elem, want):
+            differ.append((case, got, want))
+    assert not differ, f"{fn} {t}: {len(differ)} differ, e.g. {differ[:4]}"
+
+
+@pytest.fixture(scope="module")
+def vulkan() -> Iterator[Any]:
+    from loomcli.check.vulkan import VulkanRunner, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no Vulkan device: {reason}")
+    runner = VulkanRunner()
+    yield runner
+    runner.close()
+
+
+@pytest.mark.parametrize(("fn", "t"), [(fn, t) for fn in OPS for t in TYPES], ids=lambda v: str(v))
+def test_the_spirv_lowering_of_the_expansion_gives_the_interpreters_bits(vulkan: Any, fn: str, t: str) -> None:
+    """The same for the SPIR-V selector, run on the Vulkan device (lavapipe
+    in CI): bit for bit the interpreter's results, NaNs as NaNs."""
+    from loomcli.emit.artifacts import emit
+
+    cases = inputs(fn, t)
+    profile = parse_target("spirv:vulkan1.3")
+    module = parse_text(kernel_source(fn, t, len(cases)))
+    spirv = emit(module, profile, "spirv-binary").data
+    elem, width = TYPES[t], BYTES[t]
+    arity = len(cases[0])
+    pipe = vulkan.pipeline(spirv, "k", arity + 1, 0)
+    buffers = [vulkan.buffer(width * len(cases)) for _ in range(arity + 1)]
+    try:
+        for k in range(arity):
+            buffers[k].write(b"".join(float_bits(elem, c[k]).to_bytes(width, "little") for c in cases))
+        vulkan.dispatch(pipe, buffers, b"", (1, 1, 1))
+        out = buffers[arity].read(width * len(cases))
+    finally:
+        for b in buffers:
+            vulkan.release(b)
+    differ = []
+    for j, (case, want) in enumerate(zip(cases, run_expanded(fn, t, cases))):
+        got = float_from_bits(elem, int.from_bytes(out[width * j:width * (j + 1)], "little"))
         if not (math.isnan(got) and math.isnan(want)) and float_bits(elem, got) != float_bits(elem, want):
             differ.append((case, got, want))
     assert not differ, f"{fn} {t}: {len(differ)} differ, e.g. {differ[:4]}"
