@@ -251,6 +251,40 @@ def test_math_comes_from_the_shared_expansion() -> None:
     assert not re.search(r"@llvm\.(exp|log|log2|sin|cos|tanh|pow)\.", ir)
 
 
+NARROW_MATH = """kernel.def export("k") @k() {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%in: buffer, %out: buffer) {
+  %o = index.constant 0 : offset
+  %i = index.constant 0 : index
+  %v = buffer.view %in[%o] : buffer -> view<4xbf16>
+  %w = buffer.view %out[%o] : buffer -> view<4xbf16>
+  %h = buffer.view %in[%o] : buffer -> view<4xf16>
+  %x = view.load %v[%i] : view<4xbf16> -> bf16
+  %t = scalar.tanhf %x : bf16
+  %e = scalar.exp2f %t : bf16
+  view.store %e, %w[%i] : bf16, view<4xbf16>
+  %y = view.load %h[%i] : view<4xf16> -> f16
+  %z = scalar.tanhf %y : f16
+  view.store %z, %h[%i] : f16, view<4xf16>
+  kernel.return
+}
+"""
+
+
+@needs_ptxas
+def test_bf16_and_f16_tanh_and_exp2_assemble(tmp_path: Path) -> None:
+    """bf16/f16 tanh through the f32 expansion; bf16 exp2 through ex2.approx.f32 (subnormals kept: no .ftz)."""
+    src = tmp_path / "narrow.loom"
+    src.write_text(NARROW_MATH)
+    p = parse_target("nvptx:sm_90")
+    module = compile_module(CompileOptions(input=str(src), profile=p)).module
+    assert "call float @\"loom.math.tanh.f32\"" in emit(module, p, "llvmir-text").data.decode()
+    text = emit(module, p, "nvptx-ptx").data.decode()
+    assert "ex2.approx.f32 " in text and "ex2.approx.ftz" not in text
+    assert emit(module, p, "nvptx-cubin").data[:4] == b"\x7fELF"
+
+
 # Row k of tests/nvptx/atomics.loom and the PTX the selector must spell for it.
 ATOMIC_ROWS = [
     "atom.relaxed.gpu.global.add.u32", "atom.release.cta.global.add.u32", "atom.acquire.sys.global.and.b64",
