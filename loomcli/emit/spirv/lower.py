@@ -381,7 +381,7 @@ class Lowerer(Builder):
         if root.kind == "private":  # one invocation owns it: a plain read-modify-write
             old = self.load(root, elem, e)
             new = x if kind in ("xchgi", "xchgf") else fm.combine(self, _combine_kind(kind), elem, old,
-                                                                   self._neg_if_sub(kind, x))
+                                                                  self._neg_if_sub(kind, x))
             self.store(root, elem, e, new)
             return old
         bits = ELEMENT_BYTES[elem] * 8
