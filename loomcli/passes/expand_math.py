@@ -8,10 +8,11 @@ private pure function built once per module from `mathlib`'s routines:
     ->
     %y = func.call pure @loom.math.sin.f32(%x) : (f32) -> (f32)
 
-Functions rather than inline copies: sin and cos are a few hundred ops
-each (the Payne-Hanek reduction alone is two hundred), a kernel often
-calls one function many times, and every back end lowers `func.call`; a
-later `inline` pass may still inline them. The names start with
+Functions rather than inline copies: the argument reduction of sin and
+cos (`@loom.math.rem_pio2.<type>`, which both call) is a few hundred ops
+with its Payne-Hanek part, a kernel often calls one function many times,
+and every back end lowers `func.call`; a later `inline` pass (or LLVM) may
+still inline them. The names start with
 `loom.math.` and take the linker's `.N` suffix if a module already has
 such a symbol, so they never collide with a user's.
 
@@ -25,13 +26,13 @@ are assumed (what `loom opt` shows).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import Namer, create, substitute
 from loomcli.ir.core import BlockArgument, Module, Operation, Signature, Value
-from loomcli.ir.types import BF16, F16, F32, F64, Type
+from loomcli.ir.types import BF16, F16, F32, F64, I32, Type
 from loomcli.passes import mathlib
 from loomcli.passes.mathlib import Builder, MathLib
 from loomcli.passes.registry import ModulePass, PassContext
@@ -116,19 +117,33 @@ class Library:
 
     def _build(self, name: str, fn: str, t: Type) -> Operation:
         arity = 2 if fn == "pow" else 1
+        results = [t, I32] if fn == "rem_pio2" else [t]
         fdef = create("func.def", attrs={"pure": True, "sym": name})
         body = fdef.regions[0]
         arg_names = ("x", "y")[:arity]
         body.args = [BlockArgument(n, t, body, i) for i, n in enumerate(arg_names)]
-        fdef.attrs["sig"] = Signature(body.args, [t])
+        fdef.attrs["sig"] = Signature(body.args, results)
         b = Builder(body, Namer(taken=arg_names))
-        lib = MathLib(b, t.bits, "i64" in self.features)  # type: ignore[attr-defined]
+        lib = MathLib(b, t.bits, "i64" in self.features,  # type: ignore[attr-defined]
+                      reduce=None if fn == "rem_pio2" else self._reduce(b, t))
         if fn == "pow":
-            result = mathlib.pow_special(lib, *body.args, core=self._pow_core(lib, t))
+            values = [mathlib.pow_special(lib, *body.args, core=self._pow_core(lib, t))]
+        elif fn == "rem_pio2":
+            values = mathlib.rem_pio2(lib, body.args[0])
         else:
-            result = mathlib.UNARY[fn](lib, body.args[0])
-        b.op("func.return", [result], ())
+            values = [mathlib.UNARY[fn](lib, body.args[0])]
+        b.op("func.return", values, ())
         return fdef
+
+    def _reduce(self, b: Builder, t: Type) -> Callable[[Value], Sequence[Value]]:
+        """sin's and cos's argument reduction: a call of one function per type."""
+        def call(x: Value) -> Sequence[Value]:
+            op = _call(self.function("rem_pio2", t), [x], [t, I32])
+            b.region.append(op)
+            for r, hint in zip(op.results, ("r", "q")):
+                r.name = b.namer.fresh(hint)
+            return op.results
+        return call
 
     def _pow_core(self, lib: MathLib, t: Type) -> Callable[[Value, Value], Value]:
         """|x|**y for finite positive |x| and finite y: f32 through the f64 function where there is f64."""

@@ -188,12 +188,16 @@ class Builder:
 class MathLib:
     """The routines of one float width, built with `b`; ints are i32."""
 
-    def __init__(self, b: Builder, bits: int, has_i64: bool) -> None:
+    def __init__(self, b: Builder, bits: int, has_i64: bool,
+                 reduce: Callable[[Value], Sequence[Value]] | None = None) -> None:
         self.b = b
         self.w = Width(bits)
         self.bits = bits
         self.t: Type = F64 if bits == 64 else F32
         self.has_i64 = has_i64
+        # x -> (r, q), x = q*pi/2 + r: sin and cos call one shared function
+        # for it (`expand-math`), else it is built in place.
+        self.reduce = reduce or self.rem_pio2
 
     # ------------------------------------------------------------ float ops
 
@@ -377,10 +381,14 @@ class MathLib:
 
     # ------------------------------------------------------------ trigonometric reduction
 
+    def rem_pio2(self, x: Value) -> list[Value]:
+        """(r, q) with x = q*pi/2 + r (q mod 4), |r| <= pi/4, for finite x."""
+        big = self.gt(self.abs(x), self.k(self.w.reduce_big))
+        return self.b.if_else(big, (self.t, I32), lambda: self.payne_hanek(x), lambda: self.cody_waite(x))
+
     def sincos(self, x: Value) -> tuple[Value, Value, Value]:
         """(sin r, cos r, quadrant) with x = q*pi/2 + r, |r| <= pi/4, for finite x."""
-        big = self.gt(self.abs(x), self.k(self.w.reduce_big))
-        r, q = self.b.if_else(big, (self.t, I32), lambda: self.payne_hanek(x), lambda: self.cody_waite(x))
+        r, q = self.reduce(x)
         z = self.mul(r, r)
         s = self.add(r, self.mul(self.mul(z, r),
                                  self.add(self.k(self.w.sin[0]), self.mul(z, self.horner(z, self.w.sin[1:])))))
@@ -665,6 +673,10 @@ def pow_special(b: MathLib, x: Value, y: Value, core: Callable[[Value, Value], V
     r = b.select(b.land(finite_neg, y_frac), k(NAN), r)
     r = b.select(b.lor(b.isnan(x), b.isnan(y)), k(NAN), r)
     return b.select(b.lor(y_zero, b.eq(x, k(1.0))), k(1.0), r)
+
+
+def rem_pio2(b: MathLib, x: Value) -> list[Value]:
+    return b.rem_pio2(x)
 
 
 UNARY: dict[str, Callable[[MathLib, Value], Value]] = {
