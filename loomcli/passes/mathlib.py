@@ -27,8 +27,9 @@ The algorithms are fdlibm's:
 * sin/cos: x = k*pi/2 + r with a three-part pi/2 (Cody-Waite) for moderate
   |x|, and a Payne-Hanek reduction beyond (the exact product of the
   mantissa with a window of 2/pi bits, in 32-bit limbs; the window's words
-  are picked from the table by a tree of selects on the exponent); fdlibm's
-  kernel polynomials on |r| <= pi/4;
+  are picked from the table, 64 bits at a time where there is i64, by a
+  tree of selects on the exponent); fdlibm's kernel polynomials on
+  |r| <= pi/4;
 * tanh: t/(t+2) with t = expm1(2|x|);
 * pow: exp2(y*log2 x) with log2 x and the product carried in double-word
   arithmetic (Dekker's two_prod/two_sum, which need no fused fma), C99's
@@ -429,17 +430,9 @@ class MathLib:
             lowest_exp = 133      # biased exponent of 64
         # Window start: bit (E - 1) of 2/pi, at table bit (E - 2 + 64).
         start = self.iop("addi", e, 62)
-        first = self.iop("shrui", start, 5)
-        shift = self.iop("andi", start, 31)
-        back = self.iop("andi", self.iop("subi", self.i(32), shift), 31)   # a shift by 32 would be UB
-        aligned = self.icmp("eq", shift, 0)
-        lowest = (lowest_exp - 1075 + 62 if self.bits == 64 else lowest_exp - 150 + 62) >> 5
-        highest = (2046 - 1075 + 62 if self.bits == 64 else 254 - 150 + 62) >> 5
-        raw = self.table_window(first, lowest, highest, n + 1)
-        window = []  # most significant first
-        for j in range(n):
-            joined = self.iop("ori", self.iop("shli", raw[j], shift), self.iop("shrui", raw[j + 1], back))
-            window.append(self.select(aligned, raw[j], joined))
+        lowest = lowest_exp - 1075 + 62 if self.bits == 64 else lowest_exp - 150 + 62
+        highest = 2046 - 1075 + 62 if self.bits == 64 else 254 - 150 + 62
+        window = self.window_words(start, lowest, highest, n)  # most significant first
         limbs = list(reversed(window))  # least significant first
         prod = [self.i(0)] * n
         for i, m_limb in enumerate(mant):
@@ -470,10 +463,38 @@ class MathLib:
         q = self.select(negative, self.iop("andi", self.iop("subi", self.i(4), q), 3), q)
         return [r, q]
 
-    def table_window(self, first: Value, lowest: int, highest: int, count: int) -> list[Value]:
-        """Words first .. first+count-1 of `two_over_pi_words`, for first in
-        [lowest, highest]: a tree of selects on the bits of first - lowest."""
+    def window_words(self, start: Value, lowest: int, highest: int, n: int) -> list[Value]:
+        """n 32-bit words of 2/pi's bits from table bit `start` (known to lie in
+        [lowest, highest]), most significant first: the table words covering
+        them, picked by trees of selects, shifted into place. With i64 the
+        table has 64-bit words, which halves the selects."""
         words = two_over_pi_words()
+        wide = self.has_i64 and n % 2 == 0
+        it, width = (I64, 64) if wide else (I32, 32)
+        table = [words[k] << 32 | words[k + 1] for k in range(0, len(words), 2)] if wide else list(words)
+        log = width.bit_length() - 1
+        first = self.iop("shrui", start, log)
+        shift = self.iop("andi", start, width - 1)
+        back = self.iop("andi", self.iop("subi", self.i(width), shift), width - 1)   # a shift by width is UB
+        aligned = self.icmp("eq", shift, 0)
+        if wide:
+            shift, back = self.cast("extui", shift, I64), self.cast("extui", back, I64)
+        count = n * 32 // width
+        raw = self.table_window(first, lowest >> log, highest >> log, count + 1, table, it)
+        joined = [self.select(aligned, raw[j], self.iop("ori", self.iop("shli", raw[j], shift, it),
+                                                        self.iop("shrui", raw[j + 1], back, it), it))
+                  for j in range(count)]
+        if not wide:
+            return joined
+        out = []
+        for w in joined:
+            out += [self.cast("trunci", self.iop("shrui", w, 32, I64), I32), self.cast("trunci", w, I32)]
+        return out
+
+    def table_window(self, first: Value, lowest: int, highest: int, count: int, table: list[int],
+                     it: Type) -> list[Value]:
+        """Words first .. first+count-1 of `table` (as `it`), for an i32 first in
+        [lowest, highest]: a tree of selects on the bits of first - lowest."""
         d = self.iop("subi", first, lowest)
         span = highest - lowest + 1
         nbits = max(1, (span - 1).bit_length())
@@ -481,13 +502,13 @@ class MathLib:
 
         def tree(entries: list[int], level: int) -> Value:
             if all(v == entries[0] for v in entries):
-                return self.i(entries[0])
+                return self.b.const(it, entries[0])
             size = 1 << level
             if len(entries) <= size:
                 return tree(entries, level - 1)
             return self.select(bit[level], tree(entries[size:], level - 1), tree(entries[:size], level - 1))
 
-        return [tree([words[f + j] for f in range(lowest, highest + 1)], nbits - 1) for j in range(count)]
+        return [tree([table[f + j] for f in range(lowest, highest + 1)], nbits - 1) for j in range(count)]
 
     def mul_wide(self, a: Value, c: Value) -> tuple[Value, Value]:
         """The 64-bit product of two u32 as (low word, high word)."""
