@@ -138,11 +138,11 @@ class Profile:
 # arguments, so they are expanded; AMDGPU has no f64 transcendental
 # instructions at all.
 AMDGPU_NATIVE_MATH = frozenset((fn, t) for fn in ("exp", "exp2", "log", "log2") for t in ("f32", "f16"))
-# NVPTX: LLVM lowers only exp2 without libdevice, to `ex2.approx.f32`, whose
-# maximum error PTX documents as 2 ulp over the full range (subnormal
-# results included without .ftz): the f32 accuracy docs/math.md states.
-# ex2.approx.f16's error bound (2^-9.9 relative) exceeds f16's 1 ulp, so
-# f16 and bf16 exp2 go through the f32 instruction and round once.
+# NVPTX: LLVM lowers only exp2 without libdevice, to `ex2.approx.f32` (no
+# .ftz, so subnormal results stay), within 2 ulp over the full range: the
+# f32 accuracy docs/math.md states. The half-precision ex2 is not held to
+# f16's 1 ulp, so f16 and bf16 exp2 go through the f32 instruction and
+# round once.
 NVPTX_NATIVE_MATH = frozenset({("exp2", "f32")})
 # SPIR-V: none. Vulkan's precision for GLSL.std.450 Exp/Log/Sin/... is far
 # from "a few ulp" (lavapipe: hundreds of ulp near hard arguments).
