@@ -26,12 +26,13 @@ from typing import Any
 
 import pytest
 
-from loomcli.emit.amdgpu import codegen, emit_amdgpu, lower
 from loomcli.emit import elf as E
+from loomcli.emit.amdgpu import codegen, lower
 from loomcli.emit.amdgpu import link as L
 from loomcli.emit.amdgpu.manifest import code_object_metadata, kernel_metadata
 from loomcli.emit.amdgpu.msgpack import unpackb
-from loomcli.emit.artifacts import emit, legalize
+from loomcli.emit.artifacts import emit as emit_artifact  # legalized, as every compile is
+from loomcli.emit.artifacts import legalize
 from loomcli.errors import LoomError
 from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.pipeline import CompileOptions, compile_module
@@ -61,12 +62,12 @@ def compiled(path: str, chip: str = "gfx1100") -> Any:
 @cache
 def hsaco(path: str, chip: str = "gfx1100") -> Any:
     # Through the emission gateway: the profile's legalization passes run first.
-    return emit(compiled(path, chip), parse_target(f"amdgpu:{chip}"), "amdgpu-hsaco")
+    return emit_artifact(compiled(path, chip), parse_target(f"amdgpu:{chip}"), "amdgpu-hsaco")
 
 
 @cache
 def ir_text(path: str, chip: str = "gfx1100") -> str:
-    return emit(compiled(path, chip), parse_target(f"amdgpu:{chip}"), "llvmir-text").data.decode()
+    return emit_artifact(compiled(path, chip), parse_target(f"amdgpu:{chip}"), "llvmir-text").data.decode()
 
 
 def function_ir(text: str, name: str) -> str:
@@ -132,7 +133,7 @@ def test_barriers_and_fences() -> None:
     assert 'fence syncscope("workgroup") release\n  call void @llvm.amdgcn.s.barrier()\n' \
            '  fence syncscope("workgroup") acquire' in fn
     assert 'fence syncscope("wavefront") release' in fn
-    asm = emit(compiled(str(SAMPLES / "reduction.loom")), parse_target("amdgpu:gfx1100"), "asm").data.decode()
+    asm = emit_artifact(compiled(str(SAMPLES / "reduction.loom")), parse_target("amdgpu:gfx1100"), "asm").data.decode()
     assert "s_barrier" in asm and ".amdhsa_kernel sum_f32" in asm
 
 
@@ -217,7 +218,7 @@ def test_unbound_config_get_is_config_003(tmp_path: Path) -> None:
     p = parse_target("amdgpu:gfx1100")
     module = compile_module(CompileOptions(input=str(src), profile=p)).module
     with pytest.raises(CompileError) as e:
-        emit_amdgpu(module, p, "llvmir-text")
+        emit_artifact(module, p, "llvmir-text")
     assert e.value.diagnostics[0].code == "CONFIG/003"
 
 
@@ -297,12 +298,12 @@ def test_emission_is_deterministic_across_workers() -> None:
 
     p = parse_target("amdgpu:gfx1100")
     module = compiled(str(SAMPLES / "matmul.loom"))
-    first = emit_amdgpu(module, p, "amdgpu-hsaco").data
-    assert emit_amdgpu(module, p, "amdgpu-hsaco").data == first
+    first = emit_artifact(module, p, "amdgpu-hsaco").data
+    assert emit_artifact(module, p, "amdgpu-hsaco").data == first
     shared_worker(("loomcli.emit.llvm.codegen",)).close()      # a fresh worker process
-    assert emit_amdgpu(module, p, "amdgpu-hsaco").data == first
+    assert emit_artifact(module, p, "amdgpu-hsaco").data == first
     again = compile_module(CompileOptions(input=str(SAMPLES / "matmul.loom"), profile=p)).module
-    assert emit_amdgpu(again, p, "amdgpu-hsaco").data == first
+    assert emit_artifact(again, p, "amdgpu-hsaco").data == first
 
 
 def test_llvmlite_stays_out_of_the_coordinator() -> None:
@@ -370,7 +371,7 @@ def test_python_linker_matches_ld_lld(tmp_path: Path, chip: str, path: str) -> N
 
 def test_linker_resolves_call_relocations() -> None:
     p = parse_target("amdgpu:gfx1100")
-    ir, _, _ = lower(compiled(str(INPUTS / "control.loom")), p)
+    ir, _, _ = lower(legalize(compiled(str(INPUTS / "control.loom")), p), p)
     obj = E.read_elf(codegen(ir, p, "object"))
     rela = obj.section(".rela.text")
     assert rela is not None and len(rela.data) >= E.RELA.size  # s_getpc + REL32_LO/HI for the calls
@@ -487,7 +488,7 @@ def host() -> tuple[Any, Any]:
                         features="", index_bits=32, offset_bits=64, subgroup_size=None, address_space=flat,
                         kernel_cc="", kernel_attributes=(), kernel_metadata_folded=(), module_flags=(),
                         coordinates={}, syncscope={}, control_barrier={}, shuffle=(), broadcast_first=(),
-                        active_lanes=(), native_math=frozenset())  # exp, log, sin... are expanded
+                        active_lanes=())
     return target, tm
 
 
@@ -523,16 +524,22 @@ def _to_bits(name: str, llty: str, v: str) -> list[str]:
     return [f"%rr = zext {llty} {v} to i64"]
 
 
-def jit_function(source: str, name: str = "f") -> Any:
-    """Lower `func.def device @f` with a host target and JIT it behind a
-    wrapper taking and returning bit patterns as i64."""
+def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str, str]] = frozenset()) -> Any:
+    """Legalize `func.def device @f` as emission does (`expand-math`, with
+    `native_math` left to the target: the host's libm here), lower it with a
+    host target and JIT it behind a wrapper taking and returning bit
+    patterns as i64."""
     import ctypes
+    from dataclasses import replace
 
     from loomcli.emit.llvm.lower import ModuleLowering
     from loomcli.frontend import parse_text
+    from loomcli.passes import PassContext, parse_pipeline
+    from loomcli.targets.profiles import REFERENCE
 
     target, tm = host()
     module = parse_text(source)
+    parse_pipeline("expand-math").run(module, PassContext(target=replace(REFERENCE, native_math=native_math)))
     callee = module.symbols()[name]
     lowering = ModuleLowering(module, target)
     fn = lowering.device_function(callee, ())

@@ -27,7 +27,6 @@ import pytest
 from loomcli.emit import Artifact
 from loomcli.emit.artifacts import emit
 from loomcli.emit.nvptx import ptxas
-from loomcli.emit.nvptx.target import NATIVE_MATH, llvm_target
 from loomcli.errors import LoomError
 from loomcli.frontend import load_module
 from loomcli.pipeline import CompileOptions, compile_module
@@ -39,9 +38,9 @@ EXEC = sorted(glob.glob(str(ROOT / "tests" / "exec" / "*.loom")))
 AMDGPU_INPUTS = sorted(p for p in glob.glob(str(ROOT / "tests" / "amdgpu" / "*.loom"))
                        if not p.endswith("wave64_record.loom"))  # pinned to gfx1100
 ATOMICS = str(ROOT / "tests" / "nvptx" / "atomics.loom")
-# f32 tanh is TARGET/005 on nvptx until the shared expand-math covers it (see UNSUPPORTED).
-TANH_F32 = str(ROOT / "tests" / "amdgpu" / "scalars.loom")
-INPUTS = [p for p in SAMPLES + EXEC + AMDGPU_INPUTS + [ATOMICS] if p != TANH_F32]
+# f32/f16/bf16 tanh among other math, all from the shared expand-math.
+SCALARS = str(ROOT / "tests" / "amdgpu" / "scalars.loom")
+INPUTS = SAMPLES + EXEC + AMDGPU_INPUTS + [ATOMICS]
 CONFIG = ["run.trace=true"]  # samples/frontier_config.loom
 PTXAS = ptxas.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not installed (pip install 'loom-compiler[cuda]')")
@@ -244,13 +243,46 @@ def test_barriers_at_their_own_scope_need_no_fences() -> None:
     assert text.count("bar.sync") == 9 and "fence" not in text
 
 
-def test_f32_tanh_is_target_005_until_expand_math_covers_it() -> None:
-    from loomcli.diagnostics import CompileError
+def test_math_comes_from_the_shared_expansion() -> None:
+    """No libdevice: every transcendental function but f32 exp2 (ex2.approx)
+    is a call of an expand-math function, tanh in f32 included."""
+    ir = artifact(SCALARS, "llvmir-text").data.decode()
+    assert "call float @\"loom.math.tanh.f32\"" in ir
+    assert not re.search(r"@llvm\.(exp|log|log2|sin|cos|tanh|pow)\.", ir)
 
-    with pytest.raises(CompileError) as e:
-        artifact(TANH_F32)
-    [d] = e.value.diagnostics
-    assert d.code == "TARGET/005" and "scalar.tanhf on f32" in d.message and d.line > 0
+
+NARROW_MATH = """kernel.def export("k") @k() {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%in: buffer, %out: buffer) {
+  %o = index.constant 0 : offset
+  %i = index.constant 0 : index
+  %v = buffer.view %in[%o] : buffer -> view<4xbf16>
+  %w = buffer.view %out[%o] : buffer -> view<4xbf16>
+  %h = buffer.view %in[%o] : buffer -> view<4xf16>
+  %x = view.load %v[%i] : view<4xbf16> -> bf16
+  %t = scalar.tanhf %x : bf16
+  %e = scalar.exp2f %t : bf16
+  view.store %e, %w[%i] : bf16, view<4xbf16>
+  %y = view.load %h[%i] : view<4xf16> -> f16
+  %z = scalar.tanhf %y : f16
+  view.store %z, %h[%i] : f16, view<4xf16>
+  kernel.return
+}
+"""
+
+
+@needs_ptxas
+def test_bf16_and_f16_tanh_and_exp2_assemble(tmp_path: Path) -> None:
+    """bf16/f16 tanh through the f32 expansion; bf16 exp2 through ex2.approx.f32 (subnormals kept: no .ftz)."""
+    src = tmp_path / "narrow.loom"
+    src.write_text(NARROW_MATH)
+    p = parse_target("nvptx:sm_90")
+    module = compile_module(CompileOptions(input=str(src), profile=p)).module
+    assert "call float @\"loom.math.tanh.f32\"" in emit(module, p, "llvmir-text").data.decode()
+    text = emit(module, p, "nvptx-ptx").data.decode()
+    assert "ex2.approx.f32 " in text and "ex2.approx.ftz" not in text
+    assert emit(module, p, "nvptx-cubin").data[:4] == b"\x7fELF"
 
 
 # Row k of tests/nvptx/atomics.loom and the PTX the selector must spell for it.
@@ -375,29 +407,11 @@ def test_emission_is_deterministic() -> None:
 # ---------------------------------------------------------------- NVPTX's math selection on the host
 
 
-_HOST: Any = None
+def test_nvptx_lowers_natively_only_f32_exp2() -> None:
+    assert parse_target("nvptx:sm_90").native_math == frozenset({("exp2", "f32")})
 
 
-def _host_with_nvptx_math() -> Any:
-    """The host target of tests/test_amdgpu.py with NVPTX's choice of native
-    math: what NVPTX expands (exp, log, sin, cos, tanh, pow in every type;
-    exp2 and log2 in double) is expanded the same way here."""
-    from dataclasses import replace
-
-    target, tm = _HOST()
-    # Native on the host means libm; keep only what NVPTX lowers exactly (no approximations).
-    exact = frozenset(x for x in NATIVE_MATH if x[0] != "exp2")
-    return replace(target, native_math=exact), tm
-
-
-def test_nvptx_lowers_exactly_what_it_does_not_expand() -> None:
-    t = llvm_target(parse_target("nvptx:sm_90"))
-    for fn in ("exp", "log", "log2", "sin", "cos", "tanh", "pow"):
-        assert all((fn, ty) not in t.native_math for ty in ("half", "float", "double")), fn
-    assert ("exp2", "double") not in t.native_math and ("sqrt", "double") in t.native_math
-
-
-# f32 math NVPTX expands through the f64 expansions (tanh is TARGET/005 there for now).
+# f32 math as NVPTX gets it from expand-math (only exp2 is native there).
 F32_MATH = [("expf", math.exp, lambda r: r.uniform(-87, 88)),
             ("logf", math.log, lambda r: math.exp(r.uniform(-87, 88))),
             ("log2f", math.log2, lambda r: 2 ** r.uniform(-126, 127)),
@@ -406,14 +420,11 @@ F32_MATH = [("expf", math.exp, lambda r: r.uniform(-87, 88)),
 
 
 @pytest.mark.parametrize(("op", "ref", "gen"), F32_MATH, ids=[m[0] for m in F32_MATH])
-def test_f32_math_as_nvptx_selects_it_is_within_two_ulp(op: str, ref: Any, gen: Any, monkeypatch: Any) -> None:
+def test_f32_math_as_nvptx_selects_it_is_within_two_ulp(op: str, ref: Any, gen: Any) -> None:
     import test_amdgpu as amd
 
-    global _HOST
-    _HOST = amd.host
-    monkeypatch.setattr(amd, "host", _host_with_nvptx_math)
     fn = amd.jit_function(f"func.def device @f(%x: f32) -> (f32) {{\n  %r = scalar.{op} %x : f32\n"
-                          f"  func.return %r : f32\n}}\n")
+                          f"  func.return %r : f32\n}}\n", native_math=parse_target("nvptx:sm_90").native_math)
     rng = random.Random(11)
 
     def as_f32(x: float) -> float:

@@ -97,6 +97,7 @@ _REGISTRY: dict[str, str | type[ModulePass]] = {
     "cse": "loomcli.passes.cse:CommonSubexpressionElimination",
     "dce": "loomcli.passes.dce:DeadCodeElimination",
     "expand-collectives": "loomcli.passes.collectives:ExpandCollectives",
+    "expand-math": "loomcli.passes.expand_math:ExpandMath",
     "inline": "loomcli.passes.inline:Inline",
     "select-templates": "loomcli.passes.specialize:SelectTemplates",
     "specialize-config": "loomcli.passes.specialize:SpecializeConfig",

@@ -37,9 +37,10 @@ RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx
 # up to this per-block size (CUDA C Programming Guide, compute capabilities).
 NVPTX_SHARED_OPTIN = {"sm_80": 166912, "sm_89": 101376, "sm_90": 232448, "sm_100": 232448}
 # What every device family legalizes in Loom IR before instruction selection
-# (`Profile.legalize`): workgroup reductions become subgroup reductions,
-# workgroup memory and barriers, written once for all back ends.
-DEVICE_LEGALIZE = ("expand-collectives",)
+# (`Profile.legalize`), written once for all back ends: workgroup reductions
+# become subgroup reductions, workgroup memory and barriers; transcendental
+# functions the profile lacks natively (`native_math`) become scalar ops.
+DEVICE_LEGALIZE = ("expand-collectives", "expand-math")
 NVPTX_FEATURES = frozenset({"f16", "bf16", "f64", "i64", "int8_storage", "int16_storage",
                             "atomic_add_f32", "atomic_add_f64"})
 
@@ -75,6 +76,11 @@ class Profile:
     # family's instruction selector: what the target cannot select directly
     # is legalized once, in Loom IR, for every family alike.
     legalize: tuple[str, ...] = ()
+    # (function, Loom float type) pairs the target's own lowering computes
+    # within the accuracy LANGUAGE.md 7.2 and docs/math.md promise over the
+    # whole range ("exp2", "f32"); `expand-math` builds every other
+    # exp/exp2/log/log2/sin/cos/tanh/pow from Loom scalar ops.
+    native_math: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def name(self) -> str:
@@ -130,9 +136,27 @@ class Profile:
         return d
 
 
+# LLVM's AMDGPU lowering of exp, exp2, log and log2 in f32 and f16 is
+# accurate to about 1 ulp over the whole range (range reduction and
+# denormal scaling around v_exp/v_log). Its sin and cos are NOT: v_sin takes
+# x/2pi scaled in single precision, which loses every bit for large
+# arguments, so they are expanded; AMDGPU has no f64 transcendental
+# instructions at all.
+AMDGPU_NATIVE_MATH = frozenset((fn, t) for fn in ("exp", "exp2", "log", "log2") for t in ("f32", "f16"))
+# NVPTX: LLVM lowers only exp2 without libdevice, to `ex2.approx.f32` (no
+# .ftz, so subnormal results stay), within 2 ulp over the full range: the
+# f32 accuracy docs/math.md states. The half-precision ex2 is not held to
+# f16's 1 ulp, so f16 and bf16 exp2 go through the f32 instruction and
+# round once.
+NVPTX_NATIVE_MATH = frozenset({("exp2", "f32")})
+# SPIR-V: none. Vulkan's precision for GLSL.std.450 Exp/Log/Sin/... is far
+# from "a few ulp" (lavapipe: hundreds of ulp near hard arguments).
+
+
 def amdgpu_profile(chip: str) -> Profile:
     return Profile("amdgpu", chip, 64 if chip in _WAVE64 else 32, triple="amdgcn-amd-amdhsa",
-                   code_object_version=6 if chip.endswith("-generic") else 5, legalize=DEVICE_LEGALIZE)
+                   code_object_version=6 if chip.endswith("-generic") else 5, legalize=DEVICE_LEGALIZE,
+                   native_math=AMDGPU_NATIVE_MATH)
 
 
 # What IEEE behaviour a Vulkan driver may still change with the float
@@ -159,7 +183,7 @@ def nvptx_profile(chip: str) -> Profile:
     return Profile("nvptx", chip, 32, triple="nvptx64-nvidia-cuda", max_workgroup_size=(1024, 1024, 64),
                    max_workgroup_storage_bytes=49152, max_workgroup_storage_optin_bytes=NVPTX_SHARED_OPTIN[chip],
                    max_workgroup_count=(U32_MAX >> 1, 65535, 65535), index_bitwidth=32, offset_bitwidth=64,
-                   features=NVPTX_FEATURES, legalize=DEVICE_LEGALIZE)
+                   features=NVPTX_FEATURES, legalize=DEVICE_LEGALIZE, native_math=NVPTX_NATIVE_MATH)
 
 
 REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,

@@ -30,16 +30,6 @@ HIDDEN_GROUP_SIZE = ((12, "i16"), (14, "i16"), (16, "i16"))
 # Chips with a fixed wave64 (gfx9 family); the others run wave32 or wave64.
 _WAVE64_ONLY = frozenset({"gfx90a", "gfx942", "gfx950", "gfx9-generic", "gfx9-4-generic"})
 
-_FLOAT_NATIVE = ("sqrt", "exp", "exp2", "log", "log2", "sin", "cos", "floor", "ceil", "fabs", "fma",
-                 "minimum", "maximum", "minnum", "maxnum", "ldexp", "frexp", "rint")
-# AMDGPU has no f64 transcendental instructions and LLVM has no libcalls there:
-# llvm.sin.f64 & co. abort instruction selection, so the lowering expands them.
-_DOUBLE_NATIVE = ("sqrt", "floor", "ceil", "fabs", "fma", "minimum", "maximum", "minnum", "maxnum",
-                  "ldexp", "frexp", "rint")
-NATIVE_MATH = frozenset([(f, t) for t in ("half", "float") for f in _FLOAT_NATIVE]
-                        + [(f, "double") for f in _DOUBLE_NATIVE])
-
-
 def _implicit_load(offset: int, ty: str) -> tuple[str, ...]:
     head = ("%ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()",
             f"%p = getelementptr inbounds i8, ptr addrspace(4) %ia, i64 {offset}")
@@ -115,7 +105,6 @@ def llvm_target(profile: Profile) -> LLVMTarget:
         # Loom buffers are ordinary (coarse-grained) device memory: atomics below
         # system scope may use the hardware's atomic instructions.
         atomic_metadata=("amdgpu.no.fine.grained.memory", "amdgpu.no.remote.memory"),
-        native_math=NATIVE_MATH,
     )
 
 

@@ -3,7 +3,6 @@
 * `target`: `LLVMTarget`, the data a target contributes (address spaces,
   coordinates, barriers, shuffles, atomics' scopes, kernel attributes);
 * `lower`: the lowering itself, written once (`lower_module`, `plan_kernel`);
-* `mathlib`: intrinsics where the target has them, expansions elsewhere;
 * `codegen`: LLVM's optimizer and code generator (imports llvmlite; runs in
   a worker process).
 """

@@ -1027,34 +1027,31 @@ def _negf(fl: FunctionLowering, op: Operation) -> None:
     _result(fl, op, fl.inst(f"fneg {flags + ' ' if flags else ''}{fl.ty(t)} {fl.val(op.operands[0])}", _hint(op)))
 
 
+# The transcendental functions reach this point only where the profile lists
+# them as native (`Profile.native_math`); `expand-math` legalized the others
+# into Loom ops, so each op here is one intrinsic.
 @handles(*(f"scalar.{n}" for n in UNARY_MATH))
 def _unary_math(fl: FunctionLowering, op: Operation) -> None:
-    from loomcli.emit.llvm.mathlib import math_call
-
     t = op.results[0].type
     fn = UNARY_MATH[op.name[7:]]
-    r = math_call(fl, fn, fl.ty(t), [fl.val(op.operands[0])], _flags(op), _hint(op))
+    r = fl.intrinsic(fn, fl.ty(t), [fl.val(op.operands[0])], _flags(op), _hint(op))
     _result(fl, op, r if fn in EXACT_UNARY else rounded(fl, t, r))
 
 
 @handles("scalar.rsqrtf")
 def _rsqrt(fl: FunctionLowering, op: Operation) -> None:
-    from loomcli.emit.llvm.mathlib import math_call
-
     t = op.results[0].type
     llty = fl.ty(t)
     flags = _flags(op)
-    root = math_call(fl, "sqrt", llty, [fl.val(op.operands[0])], flags)
+    root = fl.intrinsic("sqrt", llty, [fl.val(op.operands[0])], flags)
     one = float_literal(llty, t, 1.0)
     _result(fl, op, rounded(fl, t, fl.binop("fdiv", llty, one, root, flags, _hint(op))))
 
 
 @handles("scalar.powf")
 def _pow(fl: FunctionLowering, op: Operation) -> None:
-    from loomcli.emit.llvm.mathlib import math_call
-
     t = op.results[0].type
-    r = math_call(fl, "pow", fl.ty(t), [fl.val(v) for v in op.operands], _flags(op))
+    r = fl.intrinsic("pow", fl.ty(t), [fl.val(v) for v in op.operands], _flags(op))
     _result(fl, op, rounded(fl, t, r))
 
 

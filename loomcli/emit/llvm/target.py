@@ -36,13 +36,6 @@ class AtomicRMW:
 # value, `%out` the old value), or None for LLVM's `atomicrmw`.
 AtomicSelector = Callable[[AtomicRMW], "Snippet | None"]
 
-# Math functions a target may or may not lower natively, per LLVM float type
-# ("half", "float", "double"); the shared lowering expands the others
-# (`loomcli.emit.llvm.mathlib`).
-MATH_FUNCTIONS = ("sqrt", "exp", "exp2", "log", "log2", "sin", "cos", "floor", "ceil", "fabs", "fma",
-                  "minimum", "maximum", "minnum", "maxnum", "ldexp", "frexp", "rint", "tanh", "pow")
-
-
 @dataclass(frozen=True)
 class LLVMTarget:
     name: str                         # for messages: "amdgpu:gfx1100"
@@ -74,8 +67,6 @@ class LLVMTarget:
     active_lanes: Snippet             # %out (i32) = number of active lanes of the subgroup
     # Metadata kinds attached (as `!{}`) to atomics of every scope but system.
     atomic_metadata: tuple[str, ...] = ()
-    # (function, LLVM float type) pairs the back end lowers; others are expanded.
-    native_math: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     # Attributes of every function lowered with this target (a kernel's own
     # wave size, say); device functions called from it get them too.
     function_attributes: tuple[str, ...] = ()

@@ -20,37 +20,6 @@ from loomcli.targets.profiles import Profile
 
 FORMATS = ("nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
 
-# Math the shared expansion cannot lower for NVPTX yet: its f32 tanh (f16 and
-# bf16 go through it) calls `llvm.exp.f32`, which only libdevice implements
-# on NVIDIA GPUs (LLVM folds it for a constant operand). Until `expand-math`
-# (issue 7) writes tanh over Loom ops, such a kernel is TARGET/005 at the op
-# instead of an LLVM failure.
-UNSUPPORTED = {"scalar.tanhf": ("f16", "bf16", "f32")}
-
-
-def check_supported(module: Module, profile: Profile) -> None:
-    """TARGET/005 at the first op of each kernel that NVPTX cannot lower yet."""
-    from loomcli.diagnostics import CompileError, Diagnostic
-    from loomcli.semantics.fold import NOT_CONSTANT, constant_of
-    from loomcli.targets.abi import exported_kernels
-    from loomcli.targets.checks import reachable_ops
-
-    diags = []
-    symbols = module.symbols()
-    for kernel in exported_kernels(module):
-        for op in reachable_ops(kernel.regions[1].ops, symbols):
-            t = op.results[0].type if op.results else None
-            elem = getattr(t, "elem", t)
-            if (op.name in UNSUPPORTED and getattr(elem, "name", None) in UNSUPPORTED[op.name]
-                    and constant_of(op.operands[0]) is NOT_CONSTANT):
-                diags.append(Diagnostic.make("TARGET/005", module.path, op.loc, k=kernel.attrs["sym"],
-                                             feature=f"{op.name} on {elem.name}",  # type: ignore[union-attr]
-                                             target=f"{profile.name} (until the shared expand-math covers it)"))
-                break
-    if diags:
-        raise CompileError(diags)
-
-
 def lower(module: Module, profile: Profile) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels, the kernels, and each kernel's profile."""
     from loomcli.emit.llvm import backend
@@ -73,7 +42,6 @@ def emit_nvptx(module: Module, profile: Profile, fmt: str) -> Artifact:
 
     if fmt not in FORMATS:
         raise LoomError(f"internal: {fmt} is not an NVPTX format", 3)
-    check_supported(module, profile)
     ptxas = None
     if fmt == "nvptx-cubin":
         from loomcli.emit.nvptx.ptxas import require_ptxas

@@ -55,16 +55,6 @@ _ATOM = {
 }
 _CONSTRAINT = {"i32": "r", "i64": "l", "float": "f", "double": "d"}
 
-# What NVPTX lowers without a libcall: rounding, min/max, fma, sqrt (`sqrt.rn`),
-# ldexp/frexp (bit manipulation) in every type, and exp2 in half and float
-# (`ex2.approx`, within 2 ulp). Every other transcendental function would be a
-# libdevice call, which we do not ship: the shared lowering expands it.
-_EVERY_TYPE = ("sqrt", "floor", "ceil", "fabs", "fma", "rint", "minimum", "maximum", "minnum", "maxnum",
-               "ldexp", "frexp")
-NATIVE_MATH = frozenset([(f, t) for t in ("half", "float", "double") for f in _EVERY_TYPE]
-                        + [("exp2", "half"), ("exp2", "float")])
-
-
 def select_atomic(a: AtomicRMW) -> tuple[str, ...] | None:
     """`atom{.sem}{.scope}{.space}.op.type` as inline PTX, or None (LLVM's loop)."""
     entry = _ATOM.get(a.kind)
@@ -141,7 +131,6 @@ def llvm_target(profile: Profile) -> LLVMTarget:
         broadcast_first=(active, "%first = call i32 @llvm.cttz.i32(i32 %m, i1 true)",
                          "%out = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 %m, i32 %in0, i32 %first, i32 31)"),
         active_lanes=(active, "%out = call i32 @llvm.ctpop.i32(i32 %m)"),
-        native_math=NATIVE_MATH,
         subgroup_reduce=SUBGROUP_REDUCE,
         select_atomic=select_atomic,
     )

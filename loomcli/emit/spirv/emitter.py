@@ -70,7 +70,6 @@ class SpirvEmitter:
         self.m = ModuleWriter(self.version)
         self.analysis = RootAnalysis(module)
         self.specs: dict[SpecKey, FunctionSpec] = {}
-        self.helpers: dict[str, FunctionWriter] = {}
         self.inputs: set[int] = set()
 
     # ------------------------------------------------------------ kernel facts
@@ -114,14 +113,6 @@ class SpirvEmitter:
             sc = SC.Workgroup if root.kind == "workgroup" else SC.Private
             root.var = self.m.variable(sc, self.m.array(elem_t, n))
         return root.var
-
-    def math_helper(self, name: str) -> FunctionWriter:
-        fw = self.helpers.get(name)
-        if fw is None:
-            from loomcli.emit.spirv.mathlib import build
-
-            fw = self.helpers[name] = build(self, name)
-        return fw
 
     # ------------------------------------------------------------ functions
 

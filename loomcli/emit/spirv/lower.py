@@ -136,13 +136,8 @@ class Lowerer(Builder):
     def get(self, v: Value) -> Any:
         return self.env[v]
 
-    def fail(self, code: str, op: Operation, **fields: object) -> CompileError:
-        return CompileError([Diagnostic.make(code, self.em.path, op.loc, **fields)])
-
-    def math_helper(self, name: str) -> int:
-        fn = self.em.math_helper(name)
-        self.fw.callees[fn.id] = fn
-        return fn.id
+    def fail(self, code: str, at: Operation, **fields: object) -> CompileError:
+        return CompileError([Diagnostic.make(code, self.em.path, at.loc, **fields)])
 
     def block(self, region: Region) -> Operation:
         """Lower a region's ops up to its terminator; returns the terminator."""
@@ -385,8 +380,8 @@ class Lowerer(Builder):
             raise self.fail("TARGET/001", op, text=f"scope = system on {self.em.profile.name}")
         if root.kind == "private":  # one invocation owns it: a plain read-modify-write
             old = self.load(root, elem, e)
-            new = x if kind in ("xchgi", "xchgf") else fm.combine(self, self, _combine_kind(kind), elem, old,
-                                                                   self._neg_if_sub(kind, x))
+            new = x if kind in ("xchgi", "xchgf") else fm.combine(self, _combine_kind(kind), elem, old,
+                                                                  self._neg_if_sub(kind, x))
             self.store(root, elem, e, new)
             return old
         bits = ELEMENT_BYTES[elem] * 8
@@ -409,7 +404,7 @@ class Lowerer(Builder):
             ptr = self.pointer(root, ("f", 32), e)
             return self.val(Op.AtomicFAddEXT, self.vtype(elem), ptr, scope, sem, x)
         return self.cas_loop(int_ptr, ut, elem, scope, order, space,
-                             lambda old: fm.combine(self, self, kind, elem, old, x))
+                             lambda old: fm.combine(self, kind, elem, old, x))
 
     def retarget(self, target: Value, source: Value) -> Any:
         """The value of `source` seen as `target`, whose candidate roots may be more."""
@@ -651,19 +646,18 @@ def _int_binary(lo: Lowerer, op: Operation) -> None:
 
 
 @lowers("scalar.addf", "scalar.subf", "scalar.mulf", "scalar.divf", "scalar.minimumf", "scalar.maximumf",
-        "scalar.minnumf", "scalar.maxnumf", "scalar.powf")
+        "scalar.minnumf", "scalar.maxnumf")
 def _float_binary(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
     t = op.results[0].type
-    lo.env[op.results[0]] = fm.binary(lo, lo, op.name[7:], t, a, b, op.attrs.get("flags", ()))  # type: ignore[arg-type]
+    lo.env[op.results[0]] = fm.binary(lo, op.name[7:], t, a, b, op.attrs.get("flags", ()))  # type: ignore[arg-type]
 
 
-@lowers(*(f"scalar.{n}" for n in ("sqrtf", "negf", "rsqrtf", "expf", "exp2f", "logf", "log2f", "tanhf", "sinf",
-                                  "cosf", "absf", "floorf", "ceilf")))
+@lowers(*(f"scalar.{n}" for n in ("sqrtf", "negf", "rsqrtf", "absf", "floorf", "ceilf")))
 def _float_unary(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operands[0])
     t = op.results[0].type
-    lo.env[op.results[0]] = fm.unary(lo, lo, op.name[7:], t, x, op.attrs.get("flags", ()))  # type: ignore[arg-type]
+    lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attrs.get("flags", ()))  # type: ignore[arg-type]
 
 
 @lowers("scalar.fmaf")
@@ -1057,7 +1051,7 @@ def _vector_reduce(lo: Lowerer, op: Operation) -> None:
     lanes, acc = lo.operands(op)
     t = op.results[0].type
     for lane in lanes:
-        acc = fm.combine(lo, lo, op.attrs["kind"], t, acc, lane)  # type: ignore[arg-type]
+        acc = fm.combine(lo, op.attrs["kind"], t, acc, lane)  # type: ignore[arg-type]
     lo.env[op.results[0]] = acc
 
 
