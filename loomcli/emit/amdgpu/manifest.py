@@ -27,8 +27,8 @@ def target_entry(profile: Profile) -> dict[str, Any]:
 
 def code_object_metadata(hsaco: bytes) -> dict[str, Any]:
     """The decoded NT_AMDGPU_METADATA map of a code object."""
-    from loomcli.emit.elf import notes, read_elf
     from loomcli.emit.amdgpu.msgpack import unpackb
+    from loomcli.emit.elf import notes, read_elf
 
     for owner, ntype, desc in notes(read_elf(hsaco)):
         if owner == "AMDGPU" and ntype == NT_AMDGPU_METADATA:
