@@ -222,3 +222,42 @@ def test_workgroup_shapes_run_the_same_expanded(tmp_path: Path, profile: Profile
     launcher = run_paired(str(src), profile)
     assert len(launcher.launches) == len(SHAPES)
     assert_same(launcher)
+
+
+BARRIER_UNDER_A_REDUCTION = """\
+kernel.def export("k") @k(%n: index) {
+  %c64 = index.constant 64 : index
+  %c1 = index.constant 1 : index
+  kernel.launch.config workgroups(%n, %c1, %c1) workgroup_size(%c64, %c1, %c1) : index
+} launch(%n: index, %out: buffer) {
+  %t = kernel.workitem.id<x> : index
+  %x = index.cast %t : index to i32
+  %s = kernel.workgroup.reduce<addi> %x : i32
+  %z = scalar.constant 0 : i32
+  %p = scalar.cmpi sgt, %s, %z : i32
+  scf.if %p {
+    kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)
+    scf.yield
+  }
+  kernel.return
+}
+"""
+
+
+def test_legalized_ir_is_checked_without_the_source_uniformity_rule(tmp_path: Path) -> None:
+    """A barrier under a reduction's result is valid source; once expanded, the
+    result is a load the source-level rule does not call uniform. `--verify-each`
+    and `loom opt` check legalized IR without that rule, and nothing else is lost."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.loom"
+    path.write_text(BARRIER_UNDER_A_REDUCTION)
+    module = compile_module(CompileOptions(input=str(path), profile=REFERENCE)).module
+    assert not verify(module)
+    parse_pipeline("expand-collectives").run(module, PassContext(target=REFERENCE, verify_each=True))
+    assert [d.code for d in verify(module)] == ["STRUCTURE/005"]   # the source-level rule
+    assert not verify(module, source_level=False)
+    r = subprocess.run([sys.executable, "-m", "loomcli", "opt", str(path), "--pipeline", "expand-collectives"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "kernel.subgroup.reduce<addi>" in r.stdout, r.stderr

@@ -53,7 +53,7 @@ def opt(input_path: str | None, pipeline_text: str, output: str | None, list_pas
     if verbose:
         click.echo(f"loom opt: running {pipeline}", err=True)
     pipeline.run(module, PassContext(verify_each=True))
-    check_module(module, "the pipeline")
+    check_module(module, "the pipeline", source_level=not pipeline.legalizes)
     if output is not None and output.endswith(".loombc"):
         from loomcli.bytecode import write_module
 

@@ -24,13 +24,15 @@ A slot holds the partial in its own type, 8 / size(T) elements per slot;
 integers narrower than 32 bits (i1 among them) are kept zero-extended to
 i32, an exact round trip that needs no 8- or 16-bit memory access.
 
-Known limit: the folded result is uniform in fact (every invocation reads
-the same slots between the two barriers) but not by the verifier's
-conservative rule (LANGUAGE.md 8 lists `workgroup.reduce` results, not
-loads), so a kernel that nests a barrier under a condition or loop bound
-computed from a reduction expands into IR that STRUCTURE/005 rejects.
-Emission selects instructions from it without verifying again; `loom opt`
-reports it as invalid IR.
+The folded result is uniform in fact (every invocation reads the same slots
+between the two barriers) but not by the verifier's conservative rule
+(LANGUAGE.md 8 lists `workgroup.reduce` results, not loads), so a kernel
+that nests a barrier under a condition or loop bound computed from a
+reduction expands into IR that STRUCTURE/005 would reject. The pass is
+therefore a legalization (`ModulePass.legalizes`): what follows it is
+checked without that source-level rule, by `--verify-each` and `loom opt`
+alike; its output is for instruction selectors and inspection, not a
+source program.
 """
 
 from __future__ import annotations
@@ -263,6 +265,7 @@ def expand_collectives(module: Module, target: Profile | None) -> int:
 @dataclass(frozen=True)
 class ExpandCollectives(ModulePass):
     name = "expand-collectives"
+    legalizes = True
     summary = ("Expand kernel.workgroup.reduce into a subgroup reduce, one workgroup scratch slot per subgroup, "
                "barriers and an in-order fold.")
 

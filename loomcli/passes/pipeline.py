@@ -45,22 +45,30 @@ class Pipeline:
         """Canonical text with every option spelled out (stable; fit for cache keys)."""
         return ",".join(p.spec() for p in self.passes) or "none"
 
+    @property
+    def legalizes(self) -> bool:
+        """Whether a legalization pass runs (its output is checked as legalized IR)."""
+        return any(p.legalizes for p in self.passes)
+
     def run(self, module: Module, ctx: PassContext | None = None) -> None:
         from loomcli.ir.builder import legalize_names
 
         ctx = ctx or PassContext()
+        legalized = False
         for p in self.passes:
             p.run(module, ctx)
             legalize_names(module)
+            legalized = legalized or p.legalizes
             if ctx.verify_each:
-                check_module(module, f"pass `{p.name}`")
+                check_module(module, f"pass `{p.name}`", source_level=not legalized)
 
 
-def check_module(module: Module, after: str) -> None:
-    """A pass that leaves invalid IR is a compiler bug: say which, in one line."""
+def check_module(module: Module, after: str, source_level: bool = True) -> None:
+    """A pass that leaves invalid IR is a compiler bug: say which, in one line.
+    `source_level=False` after a legalization pass (`ModulePass.legalizes`)."""
     from loomcli.ir.verifier import verify
 
-    errors = [d for d in verify(module) if getattr(d, "severity", "error") == "error"]
+    errors = [d for d in verify(module, source_level=source_level) if getattr(d, "severity", "error") == "error"]
     if errors:
         d = errors[0]
         raise LoomError(f"internal: {after} produced invalid IR: {d.code}: {d.message}"

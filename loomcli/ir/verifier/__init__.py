@@ -65,15 +65,18 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             self.check_region_end(op, region, spec.terminator)
             for inner_op in region.ops:
                 self.visit(inner_op, inner)
-        if op.name == "kernel.def":
+        if op.name == "kernel.def" and self.source_level:
             self.check_kernel_body(op)
         if op.name in ("func.def", "template.def") and op.attrs.get("pure"):
             self.check_pure(op)
 
 
-def verify(module: Module, parse_findings: list[Diagnostic] | None = None) -> list[Diagnostic]:
-    """All verification errors of `module`, sorted by (line, column, code)."""
-    diags = Verifier(module).run()
+def verify(module: Module, parse_findings: list[Diagnostic] | None = None, *,
+           source_level: bool = True) -> list[Diagnostic]:
+    """All verification errors of `module`, sorted by (line, column, code).
+    `source_level=False`: the module is legalized IR, checked without the
+    source-level convergence rule (STRUCTURE/005; see `ModulePass.legalizes`)."""
+    diags = Verifier(module, source_level).run()
     if parse_findings:
         diags = sorted(diags + parse_findings, key=lambda d: d.sort_key)
     return diags

@@ -78,8 +78,11 @@ def kind_text(t: Type) -> str:
 class VerifierBase:
     """Diagnostics, symbols and the helpers of every rule."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, source_level: bool = True) -> None:
         self.module = module
+        # Legalized IR (after a pass with `legalizes`) may rely on uniformity the
+        # source-level convergence rule cannot see; it is checked without that rule.
+        self.source_level = source_level
         self.path = module.path
         self.diags: list[Diagnostic] = []
         self.symbols: dict[str, Operation] = {}
