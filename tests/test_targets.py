@@ -251,7 +251,14 @@ def test_loom_targets_lists_every_profile() -> None:
 def test_loom_targets_json() -> None:
     r = _loom("targets", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [p.to_json() for p in all_profiles()]
+    listed = json.loads(r.stdout)
+    assert listed == [p.to_json() for p in all_profiles()]
+    by_name = {p["target"]: p for p in listed}
+    for name, native in (("spirv:vulkan1.3", []), ("nvptx:sm_90", ["exp2.f32"]),
+                         ("amdgpu:gfx1100", ["exp.f16", "exp.f32", "exp2.f16", "exp2.f32", "log.f16", "log.f32",
+                                             "log2.f16", "log2.f32"])):
+        assert by_name[name]["legalize"] == ["expand-collectives", "expand-math"]
+        assert by_name[name]["native_math"] == native
 
 
 def test_check_module_reports_records_and_kernels() -> None:

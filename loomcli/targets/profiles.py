@@ -123,6 +123,9 @@ class Profile:
             "max_private_bytes": self.max_private_bytes,
             "index_bitwidth": self.index_bitwidth, "offset_bitwidth": self.offset_bitwidth,
             "features": sorted(self.features),
+            # What emission legalizes in Loom IR, and the (function, type) pairs it leaves to the target.
+            "legalize": list(self.legalize),
+            "native_math": [f"{fn}.{t}" for fn, t in sorted(self.native_math)],
         }
         if self.max_workgroup_storage_optin_bytes is not None:
             d["max_workgroup_storage_optin_bytes"] = self.max_workgroup_storage_optin_bytes
