@@ -158,49 +158,6 @@ class _Out:
     addr: int = 0
     offset: int = 0
     index: int = 0
-    inputs: list[tuple[int, int]] = field(default_factory=list)   # (input section index, offset in this one)
-
-    @property
-    def size(self) -> int:
-        return self.nobits_size if self.type == SHT_NOBITS else len(self.data)
-
-
-def _output_name(name: str) -> str:
-    for prefix in (".text", ".rodata", ".data.rel.ro", ".data", ".bss"):
-        if name == prefix or name.startswith(prefix + "."):
-            return prefix
-    return name
-
-
-class _Strings:
-    def __init__(self) -> None:
-        self.data = bytearray(b"\0")
-        self.index: dict[str, int] = {"": 0}
-
-    def add(self, s: str) -> int:
-        if s not in self.index:
-            self.index[s] = len(self.data)
-            self.data += s.encode() + b"\0"
-        return self.index[s]
-
-
-# ---------------------------------------------------------------- linking
-
-
-@dataclass
-class _Out:
-    name: str
-    type: int
-    flags: int
-    align: int
-    entsize: int = 0
-    link: int = 0
-    info: int = 0
-    data: bytearray = field(default_factory=bytearray)
-    nobits_size: int = 0
-    addr: int = 0
-    offset: int = 0
-    index: int = 0
 
     @property
     def size(self) -> int:
