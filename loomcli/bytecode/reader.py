@@ -569,25 +569,12 @@ class _Payload:
 
     def op_location(self, op: Operation, p: int, depth: int, flags: int) -> int:
         """The op's line (zigzag delta from the previous location) and column, and its comments."""
-        data = self.data
-        line = data[p]
-        if line < 0x80:
-            p += 1
-        else:
-            line, p = _uv_slow(data, p + 1, line)
-        col = data[p]
-        if col < 0x80:
-            p += 1
-        else:
-            col, p = _uv_slow(data, p + 1, col)
-        if depth == 1:  # the payload's first location: relative to line 0
+        if depth == 1:  # the payload's first location: relative to line 0, and the base of the others
             self.base_line = 0
-        line = self.base_line + ((line >> 1) ^ -(line & 1))
-        if line < 0:
-            raise _Malformed(p, "negative line number")
-        if depth == 1:
-            self.base_line = line
-        op.loc = (line, col)
+            op.loc, p = self.loc(p)
+            self.base_line = op.loc[0]
+        else:
+            op.loc, p = self.loc(p)
         if flags & _OP_COMMENTS:
             n, p = self.count(p, "comment")
             comments = op.comments
