@@ -275,7 +275,7 @@ class Interpreter:
     def run_kernel(self, kernel: Operation, args: list[Any], groups: tuple[int, int, int],
                    size: tuple[int, int, int]) -> None:
         """Run `kernel` on device `args` (Roots for buffers). Raises ExecFailure."""
-        body = kernel.regions[1]
+        body = kernel.region("body")
         code = self.code(body)
         self.size, self.count = size, groups
         self.steps = 0
@@ -358,7 +358,7 @@ class Interpreter:
     def _combine(self, op: Operation, values: list[Any]) -> Any:
         if op.name == "kernel.barrier":
             return None
-        fold = self._combiner(op.attrs["kind"], op.results[0].type, op)
+        fold = self._combiner(op.attr("kind"), op.result().type, op)
         acc = values[0]
         for v in values[1:]:
             acc = fold(acc, v)
@@ -512,12 +512,12 @@ class Interpreter:
     # ---- helpers for handlers
 
     @staticmethod
-    def _index_getter(op: Operation, first: int) -> Callable[[dict[Value, Any]], list[int]]:
-        """The per-axis indices of an access: literals from `indices`, values
-        from the operands after the first `first`."""
+    def _index_getter(op: Operation) -> Callable[[dict[Value, Any]], list[int]]:
+        """The per-axis indices of an access: literals from the `indices`
+        attribute, values from the `indices` operands."""
         slots: list[Any] = []
-        rest = iter(op.operands[first:])
-        for item in op.attrs.get("indices", ()):
+        rest = iter(op.operand_group("indices"))
+        for item in op.attr("indices", ()):
             slots.append(next(rest) if item is None else int(item))
         if all(isinstance(s, Value) for s in slots):
             vals = tuple(slots)
@@ -574,7 +574,7 @@ def _coord(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("buffer.view")
 def _buffer_view(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    buf, off = op.operands[0], op.operands[1]
+    buf, off = op.operand("buffer"), op.operand("offset")
     t = op.results[0].type
     dims = it._dims(t)
     elem = t.elem
@@ -593,8 +593,8 @@ def _buffer_view(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("view.subview")
 def _subview(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    src = op.operands[0]
-    origin = it._index_getter(op, 1)
+    src = op.operand("view")
+    origin = it._index_getter(op)
     t = op.results[0].type
     dims = it._dims(t)
     name = "%" + op.results[0].name
@@ -613,8 +613,8 @@ def _subview(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("view.load")
 def _view_load(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    src = op.operands[0]
-    idx = it._index_getter(op, 1)
+    src = op.operand("view")
+    idx = it._index_getter(op)
     load, _ = _codec(op.results[0].type)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -625,9 +625,9 @@ def _view_load(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("view.store")
 def _view_store(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    val, dst = op.operands[0], op.operands[1]
-    idx = it._index_getter(op, 2)
-    _, store = _codec(op.operands[0].type)
+    val, dst = op.operand("value"), op.operand("view")
+    idx = it._index_getter(op)
+    _, store = _codec(val.type)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[dst]
@@ -638,11 +638,11 @@ def _view_store(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("view.atomic.rmw")
 def _atomic(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    val, dst = op.operands[0], op.operands[1]
-    idx = it._index_getter(op, 2)
-    elem = op.operands[0].type
+    val, dst = op.operand("value"), op.operand("view")
+    idx = it._index_getter(op)
+    elem = val.type
     load, store = _codec(elem)
-    kind = op.attrs["kind"]
+    kind = op.attr("kind")
     if kind in ("xchgi", "xchgf"):
         def combine(old: Any, x: Any) -> Any:
             return x
@@ -667,9 +667,9 @@ def _atomic(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("buffer.alloca")
 def _alloca(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    (nbytes,) = op.operands
+    nbytes = op.operand("bytes")
     name = "%" + op.results[0].name
-    if op.attrs.get("kind") == "workgroup":
+    if op.attr("kind", None) == "workgroup":
         def run(inv: Invocation, env: dict[Value, Any]) -> Any:
             root = inv.wg.get(op)
             if root is None:
@@ -698,21 +698,21 @@ def _lanes(op: Operation) -> int:
 @handler("vector.constant")
 def _vconst(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     t = op.results[0].type
-    out = [tuple([canonical(op.attrs["value"], t.elem)] * int(t.dims[0]))]
+    out = [tuple([canonical(op.attr("value"), t.elem)] * int(t.dims[0]))]
     return (lambda inv, env: out), False
 
 
 @handler("vector.splat")
 def _splat(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    (x,) = op.operands
+    x = op.operand("value")
     n = _lanes(op)
     return (lambda inv, env: [(env[x],) * n]), False
 
 
 @handler("vector.extract")
 def _extract(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    idx = it._index_getter(op, 1)
-    src = op.operands[0]
+    idx = it._index_getter(op)
+    src = op.operand("vector")
     n = int(src.type.dims[0])
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -725,8 +725,8 @@ def _extract(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("vector.insert")
 def _insert(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    x, src = op.operands[0], op.operands[1]
-    idx = it._index_getter(op, 2)
+    x, src = op.operand("value"), op.operand("vector")
+    idx = it._index_getter(op)
     n = int(src.type.dims[0])
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -741,8 +741,8 @@ def _insert(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("vector.reduce")
 def _vreduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    vec, init = op.operands
-    combine = it._combiner(op.attrs["kind"], op.results[0].type, op)
+    vec, init = op.operand("vector"), op.operand("init")
+    combine = it._combiner(op.attr("kind"), op.result().type, op)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         acc = env[init]
@@ -770,8 +770,8 @@ def _lanewise(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("vector.load")
 def _vload(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    src = op.operands[0]
-    idx = it._index_getter(op, 1)
+    src = op.operand("view")
+    idx = it._index_getter(op)
     n = _lanes(op)
     load, _ = _codec(op.results[0].type.elem)
 
@@ -787,9 +787,9 @@ def _vload(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("vector.store")
 def _vstore(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    val, dst = op.operands[0], op.operands[1]
-    idx = it._index_getter(op, 2)
-    _, store = _codec(op.operands[0].type.elem)
+    val, dst = op.operand("value"), op.operand("view")
+    idx = it._index_getter(op)
+    _, store = _codec(val.type.elem)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[dst]
@@ -805,7 +805,7 @@ def _vstore(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("kernel.barrier")
 def _barrier(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    sync = Sync(op, op.attrs.get("scope") == "subgroup")
+    sync = Sync(op, op.attr("scope", None) == "subgroup")
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         yield sync
@@ -815,7 +815,7 @@ def _barrier(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("kernel.workgroup.reduce", "kernel.subgroup.reduce")
 def _reduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    (x,) = op.operands
+    x = op.operand("value")
     sub = op.opdef.name == "kernel.subgroup.reduce"
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -829,9 +829,9 @@ def _reduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("scf.if")
 def _scf_if(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    cond = op.operands[0]
-    then = it.code(op.regions[0])
-    other = it.code(op.regions[1]) if len(op.regions) > 1 and op.regions[1].ops else None
+    cond = op.operand("condition")
+    then = it.code(op.region("then"))
+    other = it.code(op.region("else")) if len(op.regions) > 1 and op.region("else").ops else None
     conv = then.convergent or (other is not None and other.convergent)
     if conv:
         def gen(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -853,9 +853,9 @@ def _scf_if(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("scf.for")
 def _scf_for(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    lo, hi, step = op.operands[:3]
-    inits = op.operands[3:]
-    body = it.code(op.regions[0])
+    lo, hi, step = op.operand("lower"), op.operand("upper"), op.operand("step")
+    inits = op.operand_group("inits")
+    body = it.code(op.region("body"))
     iv_arg, carried_args = body.args[0], body.args[1:]
 
     def bounds(env: dict[Value, Any]) -> tuple[int, int, int]:
@@ -894,8 +894,8 @@ def _scf_for(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("scf.while")
 def _scf_while(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    inits = op.operands
-    before, after = it.code(op.regions[0]), it.code(op.regions[1])
+    inits = op.operand_group("inits")
+    before, after = it.code(op.region("before")), it.code(op.region("after"))
 
     def bind(code: Code, env: dict[Value, Any], values: list[Any]) -> None:
         for arg, v in zip(code.args, values):
@@ -927,15 +927,15 @@ def _scf_while(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 @handler("func.call", "template.call")
 def _call(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    callee = it.symbols.get(op.attrs.get("callee", ""))
+    callee = it.symbols.get(op.attr("callee", ""))
     operands = op.operands
     if callee is None or callee.opdef.name not in ("func.def", "template.def"):
         def missing(inv: Invocation, env: dict[Value, Any]) -> Any:
-            raise NotEvaluable(f"`@{op.attrs.get('callee')}` has no body here")
+            raise NotEvaluable(f"`@{op.attr('callee', None)}` has no body here")
         return missing, False
-    region = callee.regions[0]
+    region = callee.region("body")
     body = it.code(region)
-    sig = callee.attrs.get("sig")
+    sig = callee.attr("sig", None)
     where = sig.where if sig is not None and sig.where else None
 
     def enter(env: dict[Value, Any]) -> dict[Value, Any]:
@@ -966,13 +966,13 @@ class InterpreterLauncher:
         self.symbols = module.symbols()
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
-        callee = op.attrs["callee"]
+        callee = op.attr("callee")
         kernel = self.symbols.get(callee)
         if kernel is None or kernel.opdef.name != "kernel.def":
             raise SampleFailure(Diagnostic.make("EXEC/002", self.path, op.loc,
                                                 why=f"@{callee} has no kernel body to interpret"))
         groups, size = self._geometry(op, kernel, workload)
-        params = kernel.regions[1].args
+        params = kernel.region("body").args
         roots: dict[int, Root] = {}
         device: list[Any] = []
         for i, (param, value) in enumerate(zip(params, args)):
@@ -999,7 +999,7 @@ class InterpreterLauncher:
         evaluate it; a violation fails the sample at the launch site."""
         from loomcli.launch.program import ContractViolation, evaluate_contract
 
-        region = kernel.regions[0]
+        region = kernel.region("config")
         values = [canonical(v, a.type) for v, a in zip(workload, region.args)]
         try:
             counts, sizes, _ = evaluate_contract(self.module, kernel, values, self.profile,

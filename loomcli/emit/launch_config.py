@@ -66,7 +66,7 @@ def launch_module(module: Module, profile: Profile | None, *, target_checked: bo
             diags += e.diagnostics
             continue
         if p is None:
-            raise UsageError(f"the launch config of @{kernel.attrs['sym']} needs a target (--target)")
+            raise UsageError(f"the launch config of @{kernel.attr('sym')} needs a target (--target)")
         kernel_diags = [] if target_checked else checks.check_kernel(kernel, p)
         if not has_errors(kernel_diags):
             kernel_diags += _check_config(checks, kernel, p)
@@ -113,15 +113,15 @@ def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> 
     from loomcli.targets.checks import reachable_ops
 
     module, symbols = checks.module, checks.symbols
-    sym = kernel.attrs["sym"]
+    sym = kernel.attr("sym")
     diags: list[Diagnostic] = []
     uses = field_uses(kernel)
-    for op in reachable_ops(kernel.regions[0].ops + kernel.regions[1].ops, symbols):
+    for op in reachable_ops(kernel.region("config").ops + kernel.region("body").ops, symbols):
         if op.name == "config.get":  # 17.22: emission needs every reachable get bound
-            target = symbols.get(op.attrs.get("ref", ""))
+            target = symbols.get(op.attr("ref", ""))
             if target is None or target.name != "config.def":
-                diags.append(Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attrs.get("ref")))
-    for top in kernel.regions[0].ops:
+                diags.append(Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attr("ref", None)))
+    for top in kernel.region("config").ops:
         fields = uses.get(top)
         if not fields:
             continue
@@ -130,13 +130,13 @@ def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> 
             if name == "config.get":
                 continue
             if name in ("func.call", "template.call"):
-                never = not _has_body(symbols.get(op.attrs.get("callee", "")))
+                never = not _has_body(symbols.get(op.attr("callee", "")))
             else:
                 never = name not in EVALUATED and name not in FOLDERS
             if never:
                 diags.append(Diagnostic.make("LAUNCH_CONFIG/008", module.path, op.loc, field=fields[0], s=sym))
                 break
-    if diags or kernel.regions[0].args:
+    if diags or kernel.region("config").args:
         return diags
     run = fold_launch_config(module, kernel, profile.subgroup_size, checks.evaluator(profile.subgroup_size))
     if run.failures:
@@ -187,14 +187,14 @@ class _Builder:
         # The functions, template families and config values the regions reach, in module order.
         needed: set[str] = set()
         for kernel, _, _ in entries:
-            for op in reachable_ops(kernel.regions[0].ops, self.symbols):
+            for op in reachable_ops(kernel.region("config").ops, self.symbols):
                 for key in ("callee", "ref"):
                     if key in op.attrs:
                         needed.add(op.attrs[key])
         for name in list(needed):
             op = self.symbols.get(name)
             if op is not None and op.name == "template.def":
-                needed.add(op.attrs["family"])
+                needed.add(op.attr("family"))
         support = [self._support(op) for op in self.module.ops if op.attrs.get("sym") in needed
                    and op.name in ("func.def", "template.def", "template.decl", "config.def")]
         self._avoid_reserved(support, kernels)
@@ -213,11 +213,11 @@ class _Builder:
         attrs = {k: v for k, v in kernel.attrs.items() if k not in ("launch", "retain")}
         shell = Operation(kernel.opdef, attrs=attrs, loc=kernel.loc)
         shell.attr_locs = kernel.attr_locs
-        shell.regions = [kernel.regions[0], Region(shell)]
+        shell.regions = [kernel.region("config"), Region(shell)]
         copy = clone_op(shell)
         copy.attrs["target"] = record
         copy.attrs["launch"] = Signature([])
-        copy.regions[1].append(create("kernel.return"))
+        copy.region("body").append(create("kernel.return"))
         return copy
 
     def _support(self, op: Operation) -> Operation:
@@ -234,12 +234,12 @@ class _Builder:
         from loomcli.ir.symbols import rename_references
 
         for op in kernels:
-            if op.attrs["sym"].startswith(PREFIX):
-                raise LoomError(f"kernel @{op.attrs['sym']}: the prefix `{PREFIX}` is reserved in launch configs")
-        taken = {op.attrs["sym"] for op in support + kernels}
+            if op.attr("sym").startswith(PREFIX):
+                raise LoomError(f"kernel @{op.attr('sym')}: the prefix `{PREFIX}` is reserved in launch configs")
+        taken = {op.attr("sym") for op in support + kernels}
         renames: dict[str, str] = {}
         for op in support:
-            sym = new = op.attrs["sym"]
+            sym = new = op.attr("sym")
             if sym.startswith(PREFIX):
                 while new in taken:
                     new = "_" + new
@@ -249,5 +249,5 @@ class _Builder:
             return
         for op in support + kernels:
             if op.attrs.get("sym") in renames:
-                op.attrs["sym"] = renames[op.attrs["sym"]]
+                op.attrs["sym"] = renames[op.attr("sym")]
             rename_references(op, renames)

@@ -59,11 +59,11 @@ class Evaluator:
             fn = target
         if fn.opdef.name not in ("func.def", "template.def"):
             raise NotEvaluable(f"`@{fn.attrs.get('sym')}` is a {fn.opdef.name}, not a function with a body")
-        region = fn.regions[0]
+        region = fn.region("body")
         if len(args) != len(region.args):
-            raise NotEvaluable(f"`@{fn.attrs['sym']}` takes {len(region.args)} arguments, got {len(args)}")
+            raise NotEvaluable(f"`@{fn.attr('sym')}` takes {len(region.args)} arguments, got {len(args)}")
         values = [canonical(a, v.type) for a, v in zip(args, region.args)]
-        sig = fn.attrs.get("sig")
+        sig = fn.attr("sig", None)
         if self.check_where and sig is not None and sig.where:
             env = dict(zip(region.args, values))
             check_predicates(sig.where, lambda v: env.get(v, NOT_CONSTANT))
@@ -92,7 +92,7 @@ class Evaluator:
         """Run the launch-configuration region of `kernel` on workload values:
         `workgroups`, `workgroup_size` and `cluster_size` (default 1, 1, 1).
         Checking the workload `where` and the geometry is the caller's job."""
-        region = kernel.regions[0]
+        region = kernel.region("config")
         values = [canonical(a, v.type) for a, v in zip(workload, region.args)]
         term, operands = self.run_region(region, values)
         if term.opdef.name != "kernel.launch.config":
@@ -127,25 +127,25 @@ class Evaluator:
         return results
 
     def _scf_if(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        cond = self._get(env, op.operands[0])
-        _, values = self.run_region(op.regions[0 if cond else 1], [], env)
+        cond = self._get(env, op.operand("condition"))
+        _, values = self.run_region(op.region("then" if cond else "else"), [], env)
         return values
 
     def _scf_for(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        lo, hi, step = (self._get(env, v) for v in op.operands[:3])
-        carried = [self._get(env, v) for v in op.operands[3:]]
+        lo, hi, step = (self._get(env, op.operand(name)) for name in ("lower", "upper", "step"))
+        carried = [self._get(env, v) for v in op.operand_group("inits")]
         if step <= 0:
             raise UndefinedBehavior(f"scf.for step {step} is not > 0")
         iv = lo
-        body = op.regions[0]
+        body = op.region("body")
         while iv < hi:
             _, carried = self.run_region(body, [iv] + carried, env)
             iv += step
         return carried
 
     def _scf_while(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        carried = [self._get(env, v) for v in op.operands]
-        before, after = op.regions
+        carried = [self._get(env, v) for v in op.operand_group("inits")]
+        before, after = op.region("before"), op.region("after")
         while True:
             _, values = self.run_region(before, carried, env)
             if not values[0]:
@@ -153,19 +153,19 @@ class Evaluator:
             _, carried = self.run_region(after, values[1:], env)
 
     def _call(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        callee = self.symbols.get(op.attrs.get("callee", ""))
+        callee = self.symbols.get(op.attr("callee", ""))
         if callee is None or callee.opdef.name not in ("func.def", "template.def"):
-            raise NotEvaluable(f"`@{op.attrs.get('callee')}` has no body here")
+            raise NotEvaluable(f"`@{op.attr('callee', None)}` has no body here")
         args = [self._get(env, v) for v in op.operands]
         return self.call(callee, args)
 
     def _config_get(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        key = op.attrs.get("ref", "")
+        key = op.attr("ref", "")
         if key in self.config:
             return [canonical(self.config[key], op.results[0].type)]
         definition = self.symbols.get(key)
         if definition is not None and definition.opdef.name == "config.def":
-            return [canonical(definition.attrs["value"], op.results[0].type)]
+            return [canonical(definition.attr("value"), op.result().type)]
         raise NotEvaluable(f"`@{key}` unresolved")
 
     def _subgroup_size(self, op: Operation, env: dict[Value, Any]) -> list[Any]:

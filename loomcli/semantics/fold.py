@@ -120,7 +120,7 @@ def in_range(t: Type, v: int) -> int:
 
 def constant_value(op: Operation) -> Any:
     """The canonical value of an `index.constant` or `scalar.constant`."""
-    return canonical(op.attrs["value"], op.results[0].type)
+    return canonical(op.attr("value"), op.result().type)
 
 
 def constant_of(v: Value) -> Any:
@@ -434,13 +434,13 @@ def _fold_scale(op: Operation, args: list[Any], lookup: Lookup | None) -> list[A
 @folder("index.cmp")
 def _fold_index_cmp(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
     a, b = args
-    return [compare_int(op.attrs["predicate"], a, b, a & MASK64, b & MASK64)]
+    return [compare_int(op.attr("predicate"), a, b, a & MASK64, b & MASK64)]
 
 
 @folder("index.cast")
 def _fold_index_cast(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
     (x,) = args
-    src, dst = op.operands[0].type, _result_type(op)
+    src, dst = op.operand("value").type, _result_type(op)
     if is_int(src):
         n = src.bits  # type: ignore[union-attr]
         u = pattern(x, n)
@@ -462,7 +462,7 @@ def _fold_assume(op: Operation, args: list[Any], lookup: Lookup | None) -> list[
             return env[v]
         return lookup(v) if lookup is not None else NOT_CONSTANT
 
-    if check_predicates(op.attrs.get("preds", []), value_of) is None:
+    if check_predicates(op.attr("preds", []), value_of) is None:
         return None
     return list(args)
 
@@ -569,9 +569,9 @@ for _name, _ifn in _SCALAR_INT.items():
 
 @folder("scalar.cmpi")
 def _fold_cmpi(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n = op.operands[0].type.bits  # type: ignore[union-attr]
+    n = op.operand("lhs").type.bits  # type: ignore[union-attr]
     ua, ub = pattern(args[0], n), pattern(args[1], n)
-    return [compare_int(op.attrs["predicate"], signed(ua, n), signed(ub, n), ua, ub)]
+    return [compare_int(op.attr("predicate"), signed(ua, n), signed(ub, n), ua, ub)]
 
 
 # ---- scalar floats (7.2)
@@ -691,7 +691,7 @@ def _fold_fma(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any
 
 @folder("scalar.cmpf")
 def _fold_cmpf(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    return [compare_float(op.attrs["predicate"], args[0], args[1])]
+    return [compare_float(op.attr("predicate"), args[0], args[1])]
 
 
 # ---- casts (5, 7.2)
@@ -703,13 +703,13 @@ def _int_bits(t: Type) -> int:
 
 @folder("scalar.sitofp")
 def _fold_sitofp(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n = _int_bits(op.operands[0].type)
+    n = _int_bits(op.operand("value").type)
     return [round_exact(_result_type(op), signed(pattern(args[0], n), n))]
 
 
 @folder("scalar.uitofp")
 def _fold_uitofp(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    return [round_exact(_result_type(op), pattern(args[0], _int_bits(op.operands[0].type)))]
+    return [round_exact(_result_type(op), pattern(args[0], _int_bits(op.operand("value").type)))]
 
 
 @folder("scalar.fptosi", "scalar.fptoui")
@@ -732,13 +732,13 @@ def _fold_float_cast(op: Operation, args: list[Any], lookup: Lookup | None) -> l
 
 @folder("scalar.extsi")
 def _fold_extsi(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n, m = _int_bits(op.operands[0].type), _int_bits(_result_type(op))
+    n, m = _int_bits(op.operand("value").type), _int_bits(_result_type(op))
     return [from_pattern(signed(pattern(args[0], n), n) & _mask(m), m)]
 
 
 @folder("scalar.extui")
 def _fold_extui(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n, m = _int_bits(op.operands[0].type), _int_bits(_result_type(op))
+    n, m = _int_bits(op.operand("value").type), _int_bits(_result_type(op))
     return [from_pattern(pattern(args[0], n), m)]
 
 
@@ -751,7 +751,7 @@ def _fold_trunci(op: Operation, args: list[Any], lookup: Lookup | None) -> list[
 @folder("scalar.bitcast")
 def _fold_bitcast(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any] | None:
     (x,) = args
-    src, dst = op.operands[0].type, _result_type(op)
+    src, dst = op.operand("value").type, _result_type(op)
     u = float_bits(src, x) if is_float(src) else pattern(x, _int_bits(src))
     return [float_from_bits(dst, u) if is_float(dst) else from_pattern(u, _int_bits(dst))]
 
@@ -770,7 +770,7 @@ def align_up(x: int, a: int) -> int:
 
 @folder("buffer.pack")
 def _fold_pack(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    aligns = op.attrs["aligns"]
+    aligns = op.attr("aligns")
     offsets = [0]
     for k in range(1, len(args)):
         offsets.append(in_range(OFFSET, align_up(offsets[-1] + args[k - 1], aligns[k])))

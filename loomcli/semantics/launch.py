@@ -48,7 +48,7 @@ def run_launch_config(module: Module, kernel: Operation, workload: Mapping[Value
     """Run `kernel`'s launch-config region. `workload` gives values for some
     (a mapping) or all (a sequence, in signature order) of its arguments.
     `evaluator` (of `module`, for `subgroup_size`) may be shared across calls."""
-    region = kernel.regions[0]
+    region = kernel.region("config")
     if evaluator is None:
         evaluator = Evaluator(module, subgroup_size=subgroup_size, max_steps=max_steps)
     env: dict[Value, Any] = {}
@@ -84,11 +84,8 @@ def run_launch_config(module: Module, kernel: Operation, workload: Mapping[Value
     if term is None or term.name != "kernel.launch.config":
         return ConfigRun({name: (None, None, None) for name in FIELDS},
                          [Failure(term or kernel, NotEvaluable("no kernel.launch.config"), list(FIELDS))])
-    at = 0
     for name in FIELDS:
-        n = term.attrs.get(name, 0)
-        operands = term.operands[at:at + n] if n else []
-        at += n
+        operands = term.operand_group(name)
         if not operands:
             values[name] = (1, 1, 1)
             continue
@@ -102,16 +99,13 @@ def run_launch_config(module: Module, kernel: Operation, workload: Mapping[Value
 
 def field_uses(kernel: Operation) -> dict[Operation, list[str]]:
     """For each op of the launch-config region, the fields it feeds (none: dead)."""
-    region = kernel.regions[0]
+    region = kernel.region("config")
     term = region.terminator
     uses: dict[Operation, list[str]] = {}
     if term is None or term.name != "kernel.launch.config":
         return uses
-    at = 0
     for name in FIELDS:
-        n = term.attrs.get(name, 0)
-        stack = [v.op for v in term.operands[at:at + n] if isinstance(v, OpResult) and v.op.parent is region]
-        at += n
+        stack = [v.op for v in term.operand_group(name) if isinstance(v, OpResult) and v.op.parent is region]
         while stack:
             op = stack.pop()
             fields = uses.setdefault(op, [])

@@ -87,13 +87,14 @@ def type_name(t: Type) -> str:
 
 
 def export_name(kernel: Operation) -> str:
-    """A kernel's entry name: its export name, else its symbol (LANGUAGE.md 17.8)."""
-    return kernel.attrs.get("export") or kernel.attrs["sym"]
+    """A kernel's entry name: its export name, else its symbol (LANGUAGE.md 17.8).
+    Read with `attrs.get`: a `kernel.decl` has no `export` to declare."""
+    return kernel.attrs.get("export") or kernel.attr("sym")
 
 
 def kernel_abi(kernel: Operation, family: str) -> KernelABI:
     """The parameter layout of `kernel` for `family` ("amdgpu", "nvptx" or "spirv")."""
-    args = kernel.attrs["launch"].args
+    args = kernel.signature("launch").args
     params: list[Param] = []
     offset = 0
     binding = 0
@@ -111,16 +112,16 @@ def kernel_abi(kernel: Operation, family: str) -> KernelABI:
         offset = _align(offset, size)
         params.append(Param(a.name, "scalar", type_name(a.type), i, offset, size))
         offset += size
-    workload = tuple((a.name, type_name(a.type)) for a in kernel.attrs["sig"].args)
-    return KernelABI(export_name(kernel), kernel.attrs["sym"], workload, tuple(params), offset)
+    workload = tuple((a.name, type_name(a.type)) for a in kernel.signature().args)
+    return KernelABI(export_name(kernel), kernel.attr("sym"), workload, tuple(params), offset)
 
 
 def exported_kernels(module: Module, roots: set[str] | None = None) -> list[Operation]:
     """Kernels an artifact contains: exported ones and retained roots, in module order."""
     out = []
     for op in module.ops:
-        if op.name == "kernel.def" and ("export" in op.attrs or op.attrs.get("retain")
-                                        or (roots is not None and op.attrs["sym"] in roots)):
+        if op.name == "kernel.def" and ("export" in op.attrs or op.attr("retain", None)
+                                        or (roots is not None and op.attr("sym") in roots)):
             out.append(op)
     return out
 
@@ -132,12 +133,12 @@ def workgroup_allocas_bytes(kernel: Operation) -> int:
     from loomcli.semantics.fold import constant_of
 
     offset = 0
-    for op in kernel.regions[1].ops:
-        if op.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup":
-            size = constant_of(op.operands[0])
+    for op in kernel.region("body").ops:
+        if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+            size = constant_of(op.operand("bytes"))
             if not isinstance(size, int):
-                raise ValueError(f"workgroup alloca of @{kernel.attrs['sym']} has no constant size")
-            offset = _align(offset, op.attrs.get("align", 1)) + size
+                raise ValueError(f"workgroup alloca of @{kernel.attr('sym')} has no constant size")
+            offset = _align(offset, op.attr("align", 1)) + size
     return offset
 
 
@@ -145,11 +146,10 @@ def workgroup_size_constants(kernel: Operation) -> tuple[int, int, int] | None:
     """The launch config's workgroup size when it folds to constants (after passes)."""
     from loomcli.semantics.fold import constant_of
 
-    config = kernel.regions[0].ops[-1]
+    config = kernel.region("config").ops[-1]
     if config.name != "kernel.launch.config":
         return None
-    n = config.attrs.get("workgroups", 3)
-    values = [constant_of(v) for v in config.operands[n:n + 3]]
+    values = [constant_of(v) for v in config.operand_group("workgroup_size")]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return (values[0], values[1], values[2])
     return None
@@ -167,7 +167,7 @@ def reduction_scratch(kernel: Operation, subgroup_size: int | None, max_flat_wor
     Kernels without such a site need none: (offset, 0). Sites run one after
     another, separated by barriers, so they reuse the same slots."""
     base = _align(workgroup_allocas_bytes(kernel), REDUCTION_SLOT_BYTES)
-    if not any(op.name == "kernel.workgroup.reduce" for op in kernel.regions[1].walk_ops()):
+    if not any(op.name == "kernel.workgroup.reduce" for op in kernel.region("body").walk_ops()):
         return base, 0
     size = workgroup_size_constants(kernel)
     flat = size[0] * size[1] * size[2] if size else max_flat_workgroup_size

@@ -93,7 +93,7 @@ class ModuleChecks:
             diags.append(Diagnostic.make(
                 "TARGET/001", self.module.path, op.loc_of("target"),
                 text=f"--target={cli_profile.name} for @{op.attrs.get('sym')} pinned to "
-                     f"@{record.attrs['sym']} ({profile.name})"))
+                     f"@{record.attr('sym')} ({profile.name})"))
         if diags:
             raise CompileError(diags)
         return profile
@@ -115,7 +115,7 @@ class _KernelChecker:
         self.module = checks.module
         self.kernel = kernel
         self.profile = profile
-        self.sym = kernel.attrs["sym"]
+        self.sym = kernel.attr("sym")
         self.symbols = checks.symbols
         self.diags: list[Diagnostic] = []
 
@@ -141,7 +141,7 @@ class _KernelChecker:
     def check_geometry(self) -> None:
         from loomcli.semantics.launch import fold_launch_config
 
-        config = self.kernel.regions[0].terminator
+        config = self.kernel.region("config").terminator
         if config is None or config.name != "kernel.launch.config":
             return
         folded = fold_launch_config(self.module, self.kernel, self.profile.subgroup_size,
@@ -180,10 +180,10 @@ class _KernelChecker:
         limit = self.profile.max_private_bytes
         total = 0
         for op in self._device_ops():
-            if op.name == "buffer.alloca" and op.attrs.get("kind") == "private":
-                size = constant_of(op.operands[0]) if op.operands else None
+            if op.name == "buffer.alloca" and op.attr("kind", None) == "private":
+                size = constant_of(op.operand("bytes")) if op.operands else None
                 if isinstance(size, int) and not isinstance(size, bool):
-                    total = align_up(total, op.attrs.get("align", 1)) + size
+                    total = align_up(total, op.attr("align", 1)) + size
                     if total > limit:
                         self.error("TARGET/007", op.loc, n=total, limit=limit)
                         return
@@ -193,9 +193,9 @@ class _KernelChecker:
         from loomcli.semantics.fold import align_up, constant_of
 
         offset = 0
-        for op in self.kernel.regions[1].ops:
-            if op.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup":
-                offset = align_up(offset, op.attrs.get("align", 1)) + constant_of(op.operands[0])
+        for op in self.kernel.region("body").ops:
+            if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+                offset = align_up(offset, op.attr("align", 1)) + constant_of(op.operand("bytes"))
                 if offset > self.profile.max_workgroup_storage_bytes:
                     return op.loc
         return self.kernel.loc
@@ -210,7 +210,7 @@ class _KernelChecker:
         if abi.args_bytes <= limit:
             return
         first = next(q for q in abi.scalars if q.byte_offset + q.byte_length > limit)
-        loc = self.kernel.regions[1].args[first.index].loc
+        loc = self.kernel.region("body").args[first.index].loc
         self.error("TARGET/006", loc if loc != (0, 0) else self.kernel.loc, k=self.sym, n=abi.args_bytes, limit=limit)
 
     # ------------------------------------------------------------ the device body
@@ -220,7 +220,7 @@ class _KernelChecker:
         over the body and every function it calls."""
         p = self.profile
         missing: dict[str, tuple[int, int]] = {}
-        for a in self.kernel.regions[1].args:
+        for a in self.kernel.region("body").args:
             for feature in _features_of(a.type):
                 missing.setdefault(feature, a.loc if a.loc != (0, 0) else self.kernel.loc)
         subgroup_reported = False
@@ -231,7 +231,7 @@ class _KernelChecker:
                 subgroup_reported = True
                 self.error("TARGET/001", op.loc, text=f"target.subgroup.size on {p.name}")
             elif op.name == "view.atomic.rmw" and p.family == "spirv":
-                scope = (op.attrs.get("dict") or {}).get("scope")
+                scope = (op.attr("dict", None) or {}).get("scope")
                 if str(scope) == "system":
                     self.error("TARGET/001", op.loc_of("dict"), text=f"scope = system on {p.name}")
             elif op.name in CALLS:
@@ -244,21 +244,21 @@ class _KernelChecker:
                 self.error("TARGET/005", loc, k=self.sym, feature=feature, target=p.name)
 
     def _check_pinned_callee(self, op: Operation) -> None:
-        callee = self.symbols.get(op.attrs.get("callee", ""))
+        callee = self.symbols.get(op.attr("callee", ""))
         if callee is None or "target" not in callee.attrs:
             return
         record = self.symbols.get(callee.attrs["target"])
         if record is None or record.name not in RECORD_OPS:
             return
-        if not self.profile.matches_record(record.attrs["kind"]):
+        if not self.profile.matches_record(record.attr("kind")):
             self.error("TARGET/001", op.loc_of("callee"),
-                       text=f"@{callee.attrs['sym']} is pinned to @{record.attrs['sym']}, not {self.profile.name}")
+                       text=f"@{callee.attr('sym')} is pinned to @{record.attr('sym')}, not {self.profile.name}")
 
     def _device_ops(self) -> Iterator[Operation]:
-        yield from reachable_ops(self.kernel.regions[1].ops, self.symbols)
+        yield from reachable_ops(self.kernel.region("body").ops, self.symbols)
 
     def _config_ops(self) -> Iterator[Operation]:
-        yield from reachable_ops(self.kernel.regions[0].ops, self.symbols)
+        yield from reachable_ops(self.kernel.region("config").ops, self.symbols)
 
     def _config_uses_subgroup_size(self) -> bool:
         return any(o.name == "target.subgroup.size" for o in self._config_ops())
@@ -273,7 +273,7 @@ def reachable_ops(ops: list[Operation], symbols: dict[str, Operation]) -> Iterat
         for top in stack[-1]:
             for op in top.walk():
                 yield op
-                name = op.attrs.get("callee") if op.name in CALLS else None
+                name = op.attr("callee", None) if op.name in CALLS else None
                 callee = symbols.get(name) if name else None
                 if callee is not None and name not in seen and callee.regions:
                     seen.add(name)

@@ -80,7 +80,7 @@ def is_record(op: Operation | None) -> bool:
 
 def record_target(record: Operation) -> str:
     """The target a record names, as `--target` spells it (`spirv:vulkan1.3`)."""
-    return parse_target(f"{RECORD_OPS[record.name]}:{record.attrs['kind']}").name
+    return parse_target(f"{RECORD_OPS[record.name]}:{record.attr('kind')}").name
 
 
 def _shown(v: Any) -> str:
@@ -97,9 +97,9 @@ def record_profile(record: Operation, path: str = "<memory>") -> tuple[Profile, 
     from loomcli.errors import UsageError
 
     try:
-        base = parse_target(f"{RECORD_OPS[record.name]}:{record.attrs['kind']}")
+        base = parse_target(f"{RECORD_OPS[record.name]}:{record.attr('kind')}")
     except UsageError:  # the input names the target, so the input is at fault
-        return REFERENCE, [Diagnostic.make("TARGET/001", path, record.loc, text=str(record.attrs["kind"]))]
+        return REFERENCE, [Diagnostic.make("TARGET/001", path, record.loc, text=str(record.attr("kind")))]
     diags: list[Diagnostic] = []
 
     def bad(text: str) -> None:
@@ -109,7 +109,7 @@ def record_profile(record: Operation, path: str = "<memory>") -> tuple[Profile, 
     triples = {"max_workgroup_size": list(base.max_workgroup_size),
                "max_workgroup_count": list(base.max_workgroup_count)}
     features = set(base.features)
-    for key, value in (record.attrs.get("dict") or {}).items():
+    for key, value in (record.attr("dict", None) or {}).items():
         spec = RECORD_KEYS.get(key)
         if spec is None:
             bad(key)
@@ -118,7 +118,7 @@ def record_profile(record: Operation, path: str = "<memory>") -> tuple[Profile, 
         elif not spec.valid(value, base):
             bad(f"{key} = {_shown(value)}")
         elif key == "subgroup_size" and base.family == "spirv" and base.selector != "vulkan1.3":
-            bad(f"subgroup_size on {record.attrs['kind']} (needs vulkan1_3)")  # 17.29
+            bad(f"subgroup_size on {record.attr('kind')} (needs vulkan1_3)")  # 17.29
         elif spec.axis is not None:
             triples[spec.field][spec.axis] = value
         elif spec.field == "features":
@@ -131,7 +131,7 @@ def record_profile(record: Operation, path: str = "<memory>") -> tuple[Profile, 
     if frozenset(features) != base.features:
         fields["features"] = frozenset(features)
     profile = with_overrides(base, **fields) if fields else base
-    return _with_record(profile, record.attrs.get("sym")), diags
+    return _with_record(profile, record.attr("sym", None)), diags
 
 
 def _with_record(profile: Profile, sym: str | None) -> Profile:

@@ -137,14 +137,14 @@ def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelP
     it the last one)."""
     offsets: dict[int, int] = {}
     offset, align = 0, 1
-    for op in kernel.regions[1].ops:
-        if op.name == "buffer.alloca" and op.attrs.get("kind") == "workgroup":
-            a = op.attrs.get("align", 1)
+    for op in kernel.region("body").ops:
+        if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+            a = op.attr("align", 1)
             offset = -(-offset // a) * a
             offsets[id(op)] = offset
-            size = constant_of(op.operands[0])
+            size = constant_of(op.operand("bytes"))
             if not isinstance(size, int):
-                raise LoweringError(f"workgroup alloca of @{kernel.attrs['sym']} has no constant size")
+                raise LoweringError(f"workgroup alloca of @{kernel.attr('sym')} has no constant size")
             offset += size
             align = max(align, a)
     return KernelPlan(kernel, target, abi.export_name(kernel), abi.workgroup_size_constants(kernel), max_flat,
@@ -214,7 +214,7 @@ class ModuleLowering:
         arguments and for the caller's target (a kernel may have its own
         wave size; its callees must match it)."""
         target = target or self.target
-        key = (callee.attrs["sym"], spaces, target.function_attributes)
+        key = (callee.attr("sym"), spaces, target.function_attributes)
         if key not in self.device_functions:
             fn = FunctionLowering(self, target, None).lower_device_function(callee, spaces)
             self.device_functions[key] = fn
@@ -508,10 +508,10 @@ class FunctionLowering:
     def bind(self, v: Value, x: Any) -> None:
         self.values[v] = x
 
-    def index_operands(self, op: Operation, base: int) -> list[str]:
+    def index_operands(self, op: Operation) -> list[str]:
         """The per-axis indices of an indexed access (`%v[%i, 0]`)."""
-        dynamic = iter(op.operands[base + 1:])
-        return [self.val(next(dynamic)) if t is None else str(t) for t in op.attrs["indices"]]
+        dynamic = iter(op.operand_group("indices"))
+        return [self.val(next(dynamic)) if t is None else str(t) for t in op.attr("indices")]
 
     # ------------------------------------------------------------ function shells
 
@@ -526,7 +526,7 @@ class FunctionLowering:
                                     f"[{plan.lds_bytes} x i8] poison, align {plan.lds_align}")
         info = abi.kernel_abi(kernel, "amdgpu")
         params = []
-        body = kernel.regions[1]
+        body = kernel.region("body")
         for p, arg in zip(info.params, body.args):
             name = "%" + self.fresh(p.name)
             if p.kind == "buffer":
@@ -589,8 +589,8 @@ class FunctionLowering:
         return [self.ty(t)]
 
     def lower_device_function(self, callee: Operation, spaces: tuple[int, ...]) -> DeviceFunction:
-        body = callee.regions[0]
-        sym = callee.attrs["sym"]
+        body = callee.region("body")
+        sym = callee.attr("sym")
         suffix = "" if all(s == self.t.space("global") for s in spaces) else "." + ".".join(map(str, spaces))
         if self.t.function_attributes:
             suffix += f".wave{self.t.subgroup_size}"
@@ -641,7 +641,7 @@ class FunctionLowering:
                 agg = self.inst(f"insertvalue {ret} {agg}, {cty} {cv}, {i}", "ret")
             self.emit(f"ret {ret} {agg}")
         attrs = ["nounwind", *self.t.function_attributes]
-        inlining = callee.attrs.get("inlining")
+        inlining = callee.attr("inlining", None)
         if inlining == "inline":
             attrs.append("alwaysinline")
         elif inlining == "noinline":
@@ -649,7 +649,7 @@ class FunctionLowering:
         group = self.mod.attributes(attrs)
         header = f"define internal {ret} {name}({', '.join(params)}) {group} {{"
         self.mod.functions.append("\n".join([header, "entry:", *self.prologue, *self.lines, "}"]))
-        rtypes = tuple(callee.attrs["sig"].results)
+        rtypes = tuple(callee.signature().results)
         return DeviceFunction(name, tuple(types), rtypes, tuple(result_spaces), ret)
 
     def ref_components(self, r: Ref, t: Type) -> list[tuple[str, str]]:
@@ -816,14 +816,14 @@ def _hint(op: Operation) -> str:
 
 @handles("index.constant", "scalar.constant", "vector.constant")
 def _constant(fl: FunctionLowering, op: Operation) -> None:
-    _result(fl, op, fl.constant(op.attrs["value"], op.results[0].type))
+    _result(fl, op, fl.constant(op.attr("value"), op.result().type))
 
 
 @handles("config.get")
 def _config_get(fl: FunctionLowering, op: Operation) -> None:
     c = constant_of(op.results[0])
     if c is NOT_CONSTANT:
-        raise CompileError([Diagnostic.make("CONFIG/003", fl.mod.module.path, op.loc, k=op.attrs.get("ref"))])
+        raise CompileError([Diagnostic.make("CONFIG/003", fl.mod.module.path, op.loc, k=op.attr("ref", None))])
     _result(fl, op, fl.constant(c, op.results[0].type))
 
 
@@ -848,8 +848,8 @@ def _int_bits(fl: FunctionLowering, t: Type) -> int:
 
 @handles("index.cast")
 def _index_cast(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operands[0].type, op.results[0].type
-    v = fl.val(op.operands[0])
+    src, dst = op.operand("value").type, op.result().type
+    v = fl.val(op.operand("value"))
     sb, db = _int_bits(fl, src), _int_bits(fl, dst)
     if src is INDEX and dst is OFFSET:
         r = fl.resize(v, sb, db, signed=False, nneg=True)
@@ -934,9 +934,9 @@ def _index_scale(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("index.cmp", "scalar.cmpi")
 def _icmp(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operands[0].type
+    t = op.operand("lhs").type
     a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.inst(f"icmp {op.attrs['predicate']} {fl.ty(t)} {a}, {b}", _hint(op)))
+    _result(fl, op, fl.inst(f"icmp {op.attr('predicate')} {fl.ty(t)} {a}, {b}", _hint(op)))
 
 
 @handles("index.assume", "buffer.assume.memory_space")
@@ -961,8 +961,8 @@ def _noalias(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("buffer.assume.alignment")
 def _assume_alignment(fl: FunctionLowering, op: Operation) -> None:
-    ref: Ref = fl.val(op.operands[0])
-    align = op.attrs.get("dict", {}).get("minimum_alignment", 1)
+    ref: Ref = fl.val(op.operand("buffer"))
+    align = op.attr("dict", {}).get("minimum_alignment", 1)
     fl.mod.declare("llvm.assume", "void", ["i1 noundef"])
     fl.emit(f'call void @llvm.assume(i1 true) [ "align"({fl.ptr_ty(ref.space)} {ref.ptr}, i64 {align}) ]')
     _result(fl, op, ref)
@@ -1024,7 +1024,7 @@ def _fma(fl: FunctionLowering, op: Operation) -> None:
 def _negf(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     flags = _flags(op)
-    _result(fl, op, fl.inst(f"fneg {flags + ' ' if flags else ''}{fl.ty(t)} {fl.val(op.operands[0])}", _hint(op)))
+    _result(fl, op, fl.inst(f"fneg {flags + ' ' if flags else ''}{fl.ty(t)} {fl.val(op.operand('value'))}", _hint(op)))
 
 
 # The transcendental functions reach this point only where the profile lists
@@ -1034,7 +1034,7 @@ def _negf(fl: FunctionLowering, op: Operation) -> None:
 def _unary_math(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     fn = UNARY_MATH[op.name[7:]]
-    r = fl.intrinsic(fn, fl.ty(t), [fl.val(op.operands[0])], _flags(op), _hint(op))
+    r = fl.intrinsic(fn, fl.ty(t), [fl.val(op.operand("value"))], _flags(op), _hint(op))
     _result(fl, op, r if fn in EXACT_UNARY else rounded(fl, t, r))
 
 
@@ -1043,7 +1043,7 @@ def _rsqrt(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     llty = fl.ty(t)
     flags = _flags(op)
-    root = fl.intrinsic("sqrt", llty, [fl.val(op.operands[0])], flags)
+    root = fl.intrinsic("sqrt", llty, [fl.val(op.operand("value"))], flags)
     one = float_literal(llty, t, 1.0)
     _result(fl, op, rounded(fl, t, fl.binop("fdiv", llty, one, root, flags, _hint(op))))
 
@@ -1057,24 +1057,24 @@ def _pow(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("scalar.cmpf")
 def _fcmp(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operands[0].type
+    t = op.operand("lhs").type
     a, b = (fl.val(v) for v in op.operands)
     flags = _flags(op)
-    _result(fl, op, fl.inst(f"fcmp {flags + ' ' if flags else ''}{op.attrs['predicate']} {fl.ty(t)} {a}, {b}",
+    _result(fl, op, fl.inst(f"fcmp {flags + ' ' if flags else ''}{op.attr('predicate')} {fl.ty(t)} {a}, {b}",
                             _hint(op)))
 
 
 @handles("scalar.sitofp", "scalar.uitofp")
 def _int_to_float(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operands[0].type, op.results[0].type
-    r = fl.cast(op.name[7:], fl.ty(src), fl.val(op.operands[0]), fl.ty(dst), _hint(op))
+    src, dst = op.operand("value").type, op.result().type
+    r = fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op))
     _result(fl, op, rounded(fl, dst, r))
 
 
 @handles("scalar.fptosi", "scalar.fptoui")
 def _float_to_int(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operands[0].type, op.results[0].type
-    _result(fl, op, fl.cast(op.name[7:], fl.ty(src), fl.val(op.operands[0]), fl.ty(dst), _hint(op)))
+    src, dst = op.operand("value").type, op.result().type
+    _result(fl, op, fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
 
 
 _FLOAT_RANK = {"half": 1, "float": 2, "double": 3}
@@ -1096,20 +1096,21 @@ def convert_float(fl: FunctionLowering, v: str, src: Type, dst: Type) -> str:
 
 @handles("scalar.extf", "scalar.fptrunc")
 def _float_cast(fl: FunctionLowering, op: Operation) -> None:
-    _result(fl, op, convert_float(fl, fl.val(op.operands[0]), op.operands[0].type, op.results[0].type))
+    value = op.operand("value")
+    _result(fl, op, convert_float(fl, fl.val(value), value.type, op.result().type))
 
 
 @handles("scalar.extsi", "scalar.extui", "scalar.trunci")
 def _int_cast(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operands[0].type, op.results[0].type
+    src, dst = op.operand("value").type, op.result().type
     kind = {"extsi": "sext", "extui": "zext", "trunci": "trunc"}[op.name[7:]]
-    _result(fl, op, fl.cast(kind, fl.ty(src), fl.val(op.operands[0]), fl.ty(dst), _hint(op)))
+    _result(fl, op, fl.cast(kind, fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
 
 
 @handles("scalar.bitcast")
 def _bitcast(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operands[0].type, op.results[0].type
-    v = fl.val(op.operands[0])
+    src, dst = op.operand("value").type, op.result().type
+    v = fl.val(op.operand("value"))
     if src is BF16:  # float holding a bf16 value -> its 16 bits
         bits = fl.binop("lshr", "i32", fl.cast("bitcast", "float", v, "i32"), "16")
         v, src = fl.resize(bits, 32, 16, False), ScalarType("i16", "int", 16)
@@ -1145,15 +1146,15 @@ def _select(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("scf.if")
 def _if(fl: FunctionLowering, op: Operation) -> None:
-    cond = fl.val(op.operands[0])
+    cond = fl.val(op.operand("condition"))
     then_label = fl.fresh("if.then")
     merge_label = fl.fresh("if.end")
-    else_region = op.regions[1]
+    else_region = op.region("else")
     has_else = bool(op.results) or any(not o.opdef.has(TERMINATOR) for o in else_region.ops)
     else_label = fl.fresh("if.else") if has_else else merge_label
     fl.emit(f"br i1 {cond}, label %{then_label}, label %{else_label}")
     fl.start_block(then_label)
-    then_values = fl.yielded(fl.lower_body(op.regions[0]))
+    then_values = fl.yielded(fl.lower_body(op.region("then")))
     then_end, then_br = fl.block, fl.branch(merge_label)
     if has_else:
         fl.start_block(else_label)
@@ -1170,14 +1171,14 @@ def _if(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("scf.for")
 def _for(fl: FunctionLowering, op: Operation) -> None:
-    lo, hi, step = (fl.val(v) for v in op.operands[:3])
-    body = op.regions[0]
-    iv_t = op.operands[0].type
+    lo, hi, step = (fl.val(op.operand(name)) for name in ("lower", "upper", "step"))
+    body = op.region("body")
+    iv_t = op.operand("lower").type
     carried_t = [a.type for a in body.args[1:]]
     generic: set[int] = set()
     mark, pre0 = len(fl.lines), fl.block
     while True:
-        inits = [fl.val(v) for v in op.operands[3:]]
+        inits = [fl.val(v) for v in op.operand_group("inits")]
         header, body_label, exit_label = fl.fresh("for.cond"), fl.fresh("for.body"), fl.fresh("for.end")
         values, slots = fl.carried_slots(carried_t, inits, generic, "carried", defer=True)
         inits, _ = fl.coerce(inits, carried_t, values)
@@ -1214,12 +1215,12 @@ def _for(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("scf.while")
 def _while(fl: FunctionLowering, op: Operation) -> None:
-    before, after = op.regions
+    before, after = op.region("before"), op.region("after")
     carried_t = [a.type for a in before.args]
     generic: set[int] = set()
     mark, pre0 = len(fl.lines), fl.block
     while True:
-        inits = [fl.val(v) for v in op.operands]
+        inits = [fl.val(v) for v in op.operand_group("inits")]
         head, do_label, exit_label = fl.fresh("while.cond"), fl.fresh("while.body"), fl.fresh("while.end")
         values, slots = fl.carried_slots(carried_t, inits, generic, "carried", defer=True)
         inits, _ = fl.coerce(inits, carried_t, values)
@@ -1254,9 +1255,9 @@ def _while(fl: FunctionLowering, op: Operation) -> None:
 
 @handles(*CALLS)
 def _call(fl: FunctionLowering, op: Operation) -> None:
-    callee = fl.mod.symbols.get(op.attrs["callee"])
+    callee = fl.mod.symbols.get(op.attr("callee"))
     if callee is None or callee.name not in ("func.def", "template.def"):
-        raise fl.error(op, f"@{op.attrs['callee']} has no definition in the compiled module")
+        raise fl.error(op, f"@{op.attr('callee')} has no definition in the compiled module")
     args = [fl.val(v) for v in op.operands]
     spaces = tuple(a.space for v, a in zip(op.operands, args) if is_ref_type(v.type))
     fn = fl.mod.device_function(callee, spaces, fl.t)
@@ -1304,7 +1305,7 @@ def _call(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("buffer.alloca")
 def _alloca(fl: FunctionLowering, op: Operation) -> None:
-    if op.attrs.get("kind") == "workgroup":
+    if op.attr("kind", None) == "workgroup":
         plan = fl.plan
         if plan is None or id(op) not in plan.alloca_offsets:
             raise fl.error(op, "workgroup alloca outside a kernel body's top level")
@@ -1317,20 +1318,20 @@ def _alloca(fl: FunctionLowering, op: Operation) -> None:
             f"getelementptr inbounds i8, {fl.ptr_ty(space)} {fl.lds}, i32 {offset}", _hint(op))
         _result(fl, op, Ref(ptr, space))
         return
-    size = constant_of(op.operands[0])
+    size = constant_of(op.operand("bytes"))
     if not isinstance(size, int):
         raise fl.error(op, "private alloca size does not fold")
     space = fl.t.space("private")
     with fl.at_entry():
-        ptr = fl.inst(f"alloca i8, i32 {max(size, 1)}, align {op.attrs.get('align', 1)}, addrspace({space})",
+        ptr = fl.inst(f"alloca i8, i32 {max(size, 1)}, align {op.attr('align', 1)}, addrspace({space})",
                       _hint(op))
     _result(fl, op, Ref(ptr, space))
 
 
 @handles("buffer.pack")
 def _pack(fl: FunctionLowering, op: Operation) -> None:
-    sizes = [fl.val(v) for v in op.operands]
-    aligns = op.attrs["aligns"]
+    sizes = [fl.val(v) for v in op.operand_group("sizes")]
+    aligns = op.attr("aligns")
 
     def align_up(x: str, a: int) -> str:
         if a == 1:
@@ -1354,9 +1355,9 @@ def _extent(fl: FunctionLowering, d: Any) -> str:
 
 @handles("buffer.view")
 def _buffer_view(fl: FunctionLowering, op: Operation) -> None:
-    buf: Ref = fl.val(op.operands[0])
-    base = fl.val(op.operands[1])
-    t = op.results[0].type
+    buf: Ref = fl.val(op.operand("buffer"))
+    base = fl.val(op.operand("offset"))
+    t = op.result().type
     strides = ["1"]
     for d in reversed(t.dims[1:]):  # type: ignore[union-attr]
         strides.insert(0, fl.mul64(strides[0], _extent(fl, d)))
@@ -1384,9 +1385,9 @@ def element_address(fl: FunctionLowering, view: Ref, elem: ScalarType, indices: 
 
 @handles("view.subview")
 def _subview(fl: FunctionLowering, op: Operation) -> None:
-    view: Ref = fl.val(op.operands[0])
-    elem = op.operands[0].type.elem  # type: ignore[union-attr]
-    offset = _element_offset(fl, view, fl.index_operands(op, 0))
+    view: Ref = fl.val(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    offset = _element_offset(fl, view, fl.index_operands(op))
     base = fl.add64(view.base, fl.mul64(offset, str(ELEMENT_BYTES[elem])))
     _result(fl, op, replace(view, base=base))
 
@@ -1425,9 +1426,9 @@ def store_value(fl: FunctionLowering, v: str, ptr: str, space: int, elem: Scalar
 
 @handles("view.load", "vector.load")
 def _load(fl: FunctionLowering, op: Operation) -> None:
-    view: Ref = fl.val(op.operands[0])
-    elem = op.operands[0].type.elem  # type: ignore[union-attr]
-    ptr = element_address(fl, view, elem, fl.index_operands(op, 0))
+    view: Ref = fl.val(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    ptr = element_address(fl, view, elem, fl.index_operands(op))
     t = op.results[0].type
     lanes = t.dims[0] if is_vector(t) else None  # type: ignore[union-attr]
     _result(fl, op, load_value(fl, ptr, view.space, elem, lanes, _hint(op), view.alias))
@@ -1435,36 +1436,36 @@ def _load(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("view.store", "vector.store")
 def _store(fl: FunctionLowering, op: Operation) -> None:
-    view: Ref = fl.val(op.operands[1])
-    elem = op.operands[1].type.elem  # type: ignore[union-attr]
-    ptr = element_address(fl, view, elem, fl.index_operands(op, 1))
-    t = op.operands[0].type
+    view: Ref = fl.val(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    ptr = element_address(fl, view, elem, fl.index_operands(op))
+    t = op.operand("value").type
     lanes = t.dims[0] if is_vector(t) else None  # type: ignore[union-attr]
-    store_value(fl, fl.val(op.operands[0]), ptr, view.space, elem, lanes, view.alias)
+    store_value(fl, fl.val(op.operand("value")), ptr, view.space, elem, lanes, view.alias)
 
 
 @handles("view.atomic.rmw")
 def _atomic(fl: FunctionLowering, op: Operation) -> None:
-    view: Ref = fl.val(op.operands[1])
-    elem = op.operands[1].type.elem  # type: ignore[union-attr]
-    ptr = element_address(fl, view, elem, fl.index_operands(op, 1))
-    d = op.attrs["dict"]
+    view: Ref = fl.val(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    ptr = element_address(fl, view, elem, fl.index_operands(op))
+    d = op.attr("dict")
     scope = str(d["scope"])
     ordering = ORDERING[str(d["ordering"])]
     ss = fl.t.syncscope[scope]
     sync = f' syncscope("{ss}")' if ss else ""
     md = "" if scope == "system" else "".join(f", !{k} {fl.mod.md('!{}')}" for k in fl.t.atomic_metadata)
     llty = fl.ty(elem)
-    x = fl.val(op.operands[0])
+    x = fl.val(op.operand("value"))
     if fl.t.select_atomic is not None:
         spaces = {fl.t.space(name): name for name in ("generic", "workgroup", "global")}
-        request = AtomicRMW(op.attrs["kind"], llty, spaces.get(view.space, "generic"), fl.ptr_ty(view.space), scope,
+        request = AtomicRMW(op.attr("kind"), llty, spaces.get(view.space, "generic"), fl.ptr_ty(view.space), scope,
                             str(d["ordering"]))
         selected = fl.t.select_atomic(request)
         if selected is not None:
             _result(fl, op, fl.snippet(selected, [ptr, x], _hint(op)))
             return
-    text = (f"atomicrmw {RMW[op.attrs['kind']]} {fl.ptr_ty(view.space)} {ptr}, {llty} {x}{sync} {ordering}, "
+    text = (f"atomicrmw {RMW[op.attr('kind')]} {fl.ptr_ty(view.space)} {ptr}, {llty} {x}{sync} {ordering}, "
             f"align {ELEMENT_BYTES[elem]}{view.alias}{md}")
     _result(fl, op, fl.inst(text, _hint(op)))
 
@@ -1477,26 +1478,26 @@ def _splat(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     vty = fl.ty(t)
     ety = fl.ty(t.elem)  # type: ignore[union-attr]
-    one = fl.inst(f"insertelement {vty} poison, {ety} {fl.val(op.operands[0])}, i64 0")
+    one = fl.inst(f"insertelement {vty} poison, {ety} {fl.val(op.operand('value'))}, i64 0")
     n = t.dims[0]  # type: ignore[union-attr]
     _result(fl, op, fl.inst(f"shufflevector {vty} {one}, {vty} poison, <{n} x i32> zeroinitializer", _hint(op)))
 
 
 @handles("vector.extract")
 def _extract(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operands[0].type
-    (k,) = fl.index_operands(op, 0)
+    t = op.operand("vector").type
+    (k,) = fl.index_operands(op)
     kty = "i64" if _digits(k) else fl.index_ty
-    _result(fl, op, fl.inst(f"extractelement {fl.ty(t)} {fl.val(op.operands[0])}, {kty} {k}", _hint(op)))
+    _result(fl, op, fl.inst(f"extractelement {fl.ty(t)} {fl.val(op.operand('vector'))}, {kty} {k}", _hint(op)))
 
 
 @handles("vector.insert")
 def _insert(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operands[1].type
-    (k,) = fl.index_operands(op, 1)
+    t = op.operand("vector").type
+    (k,) = fl.index_operands(op)
     kty = "i64" if _digits(k) else fl.index_ty
     ety = fl.ty(t.elem)  # type: ignore[union-attr]
-    text = f"insertelement {fl.ty(t)} {fl.val(op.operands[1])}, {ety} {fl.val(op.operands[0])}, {kty} {k}"
+    text = f"insertelement {fl.ty(t)} {fl.val(op.operand('vector'))}, {ety} {fl.val(op.operand('value'))}, {kty} {k}"
     _result(fl, op, fl.inst(text, _hint(op)))
 
 
@@ -1514,14 +1515,14 @@ def combine(fl: FunctionLowering, kind: str, t: Type, a: str, b: str) -> str:
 
 @handles("vector.reduce")
 def _vector_reduce(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operands[0].type
+    t = op.operand("vector").type
     elem = t.elem  # type: ignore[union-attr]
-    v = fl.val(op.operands[0])
+    v = fl.val(op.operand("vector"))
     lanes = [fl.inst(f"extractelement {fl.ty(t)} {v}, i64 {k}") for k in range(t.dims[0])]  # type: ignore[union-attr]
     while len(lanes) > 1:  # every kind may associate (LANGUAGE.md 7.5): a balanced tree
-        lanes = [combine(fl, op.attrs["kind"], elem, lanes[k], lanes[k + 1]) if k + 1 < len(lanes) else lanes[k]
+        lanes = [combine(fl, op.attr("kind"), elem, lanes[k], lanes[k + 1]) if k + 1 < len(lanes) else lanes[k]
                  for k in range(0, len(lanes), 2)]
-    _result(fl, op, combine(fl, op.attrs["kind"], elem, fl.val(op.operands[1]), lanes[0]))
+    _result(fl, op, combine(fl, op.attr("kind"), elem, fl.val(op.operand("init")), lanes[0]))
 
 
 # ---- kernels: coordinates, barriers, collectives
@@ -1559,22 +1560,23 @@ def _coordinate(fl: FunctionLowering, op: Operation) -> None:
     if name == "subgroup.lane.id":
         _result(fl, op, coordinate(fl, name))
         return
-    d = "xyz".index(op.attrs["kind"])
+    kind = op.attr("kind")
+    d = "xyz".index(kind)
     if name == "workitem.id":
         r = workitem_id(fl, d)
     elif name == "workgroup.size":
         r = workgroup_size(fl, d)
     elif name in ("workgroup.id", "workgroup.count"):
-        r = coordinate(fl, f"{name}.{op.attrs['kind']}")
+        r = coordinate(fl, f"{name}.{kind}")
     else:  # dispatch id = workgroup id * size + workitem id, once per kernel
         key = ("dispatch", d)
         if key not in fl.cache:
             with fl.at_entry():
-                group = fl.binop("mul", fl.index_ty, coordinate(fl, f"workgroup.id.{op.attrs['kind']}"),
+                group = fl.binop("mul", fl.index_ty, coordinate(fl, f"workgroup.id.{kind}"),
                                  workgroup_size(fl, d), "nuw nsw")
                 tid = workitem_id(fl, d)
                 fl.cache[key] = group if tid == "0" else fl.binop("add", fl.index_ty, group, tid, "nuw nsw",
-                                                                   f"dispatch_id_{op.attrs['kind']}")
+                                                                   f"dispatch_id_{kind}")
         r = fl.cache[key]
     _result(fl, op, r)
 
@@ -1594,8 +1596,8 @@ def barrier(fl: FunctionLowering, scope: str, ordering: str, control: str) -> No
 
 @handles("kernel.barrier")
 def _barrier(fl: FunctionLowering, op: Operation) -> None:
-    scope = op.attrs["scope"]
-    barrier(fl, scope, op.attrs["ordering"], scope)
+    scope = op.attr("scope")
+    barrier(fl, scope, op.attr("ordering"), scope)
 
 
 def _to_words(fl: FunctionLowering, t: Type, v: str) -> list[str]:
@@ -1654,4 +1656,4 @@ def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
 @handles("kernel.subgroup.reduce")
 def _subgroup_reduce(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
-    _result(fl, op, subgroup_reduce(fl, op.attrs["kind"], t, fl.val(op.operands[0])))
+    _result(fl, op, subgroup_reduce(fl, op.attr("kind"), t, fl.val(op.operand("value"))))

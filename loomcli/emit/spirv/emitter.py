@@ -79,7 +79,7 @@ class SpirvEmitter:
         run once by the emission gateway `loomcli.emit.artifacts`) guarantee them."""
         size = workgroup_size_constants(kernel) or _folded_size(self.module, kernel, p)
         if size is None:
-            raise ValueError(f"@{kernel.attrs['sym']}: workgroup size unknown; emit through loomcli.emit.artifacts, "
+            raise ValueError(f"@{kernel.attr('sym')}: workgroup size unknown; emit through loomcli.emit.artifacts, "
                              "which runs the TARGET checks first")
         total = storage_bytes(kernel, p.subgroup_size, p.max_flat_workgroup_size)
         return KernelInfo(kernel, p, kernel_abi(kernel, "spirv"), size, total)
@@ -124,7 +124,7 @@ class SpirvEmitter:
         if fn is None or fn.name not in ("func.def", "template.def"):
             raise CompileError([Diagnostic.make("LINK/001", self.path, call.loc, s=key[0])])
         facts = self.analysis.function(key)
-        body = fn.regions[0]
+        body = fn.region("body")
         shaper = Lowerer(self, None, facts, None)  # type: ignore[arg-type]
         param_roots = [sorted_roots(r) for r in key[1]]
         params: list[int] = []
@@ -163,7 +163,7 @@ class SpirvEmitter:
 
     def kernel(self, info: KernelInfo) -> None:
         m = self.m
-        body = info.op.regions[1]
+        body = info.op.region("body")
         fw = info.fw = FunctionWriter(m, m.void(), ())
         lo = Lowerer(self, fw, info.facts, info)  # type: ignore[arg-type]
         fw.label()
@@ -175,7 +175,7 @@ class SpirvEmitter:
 
     def _push_constants(self, lo: Lowerer, info: KernelInfo) -> None:
         m = self.m
-        args = info.op.regions[1].args
+        args = info.op.region("body").args
         scalars = info.abi.scalars
         for p in info.abi.buffers:
             arg = args[p.index]
@@ -234,7 +234,7 @@ class SpirvEmitter:
         infos = [self.info(kernel, _kernel_profile(self.module, kernel, self.profile))
                  for kernel in exported_kernels(self.module)]
         for info in infos:
-            args = info.op.regions[1].args
+            args = info.op.region("body").args
             info.facts = self.analysis.kernel(info.op, {args[p.index]: p.binding for p in info.abi.buffers})
         for root in self.analysis.allocas.values():
             why = decide_storage(root)
@@ -252,7 +252,7 @@ class SpirvEmitter:
             inst = [Op.EntryPoint, GLCOMPUTE, info.fw.id, *string_words(info.abi.export), *self._interface(info.fw)]
             if len(inst) > MAX_INSTRUCTION_WORDS:  # the word count is a 16-bit field
                 raise CompileError([Diagnostic.make(
-                    "TARGET/005", self.path, info.op.loc, k=info.op.attrs.get("sym", "?"),
+                    "TARGET/005", self.path, info.op.loc, k=info.op.attr("sym", "?"),
                     feature=f"an entry point name of {len(info.abi.export.encode())} bytes",
                     target=f"{self.profile.name} (at most {4 * (MAX_INSTRUCTION_WORDS - 4) - 1})")])
             m.entry_points.append(inst)

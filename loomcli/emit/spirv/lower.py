@@ -230,9 +230,10 @@ class Lowerer(Builder):
 
     # ------------------------------------------------------------ memory
 
-    def indices(self, op: Operation, base: int) -> list[int]:
-        template = op.attrs["indices"]
-        dynamic = iter(op.operands[base + 1:])
+    def indices(self, op: Operation) -> list[int]:
+        """The per-axis indices of an indexed access (`%v[%i, 0]`)."""
+        template = op.attr("indices")
+        dynamic = iter(op.operand_group("indices"))
         return [self.u32(t) if t is not None else self.env[next(dynamic)] for t in template]
 
     def element(self, view: ViewValue, idx: Sequence[int]) -> int:
@@ -372,8 +373,8 @@ class Lowerer(Builder):
 
     def atomic(self, op: Operation, root: Root, elem: ScalarType, e: int, x: int) -> int:
         """`view.atomic.rmw` on one root; returns the old value."""
-        kind = op.attrs["kind"]
-        attrs = op.attrs.get("dict", {})
+        kind = op.attr("kind")
+        attrs = op.attr("dict", {})
         ordering = str(attrs.get("ordering", "relaxed"))
         scope_name = str(attrs.get("scope", "device"))
         if scope_name == "system":
@@ -534,13 +535,13 @@ def _combine_kind(kind: str) -> str:
 
 @lowers("index.constant")
 def _index_constant(lo: Lowerer, op: Operation) -> None:
-    lo.env[op.results[0]] = lo.u32(int(op.attrs["value"]))
+    lo.env[op.results[0]] = lo.u32(int(op.attr("value")))
 
 
 @lowers("scalar.constant")
 def _scalar_constant(lo: Lowerer, op: Operation) -> None:
     t = op.results[0].type
-    lo.env[op.results[0]] = lo.const(t, canonical(op.attrs["value"], t))  # type: ignore[arg-type]
+    lo.env[op.results[0]] = lo.const(t, canonical(op.attr("value"), t))  # type: ignore[arg-type]
 
 
 @lowers("index.assume", "buffer.assume.noalias", "buffer.assume.alignment", "buffer.assume.memory_space")
@@ -596,16 +597,16 @@ def _index_scale(lo: Lowerer, op: Operation) -> None:
 @lowers("index.cmp")
 def _index_cmp(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
-    opcode = INDEX_CMP_SIGNED[op.attrs["predicate"]]
-    if op.operands[0].type is OFFSET:
+    opcode = INDEX_CMP_SIGNED[op.attr("predicate")]
+    if op.operand("lhs").type is OFFSET:
         opcode = UNSIGNED_OF.get(opcode, opcode)
     lo.env[op.results[0]] = lo.cmp(opcode, a, b)
 
 
 @lowers("index.cast")
 def _index_cast(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     if src in (INDEX, OFFSET) and dst in (INDEX, OFFSET):
         r = x
     elif dst in (INDEX, OFFSET):  # integer -> index (sign-extend) / offset (zero-extend)
@@ -655,7 +656,7 @@ def _float_binary(lo: Lowerer, op: Operation) -> None:
 
 @lowers(*(f"scalar.{n}" for n in ("sqrtf", "negf", "rsqrtf", "absf", "floorf", "ceilf")))
 def _float_unary(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
+    x = lo.get(op.operand("value"))
     t = op.results[0].type
     lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attrs.get("flags", ()))  # type: ignore[arg-type]
 
@@ -669,7 +670,7 @@ def _fma(lo: Lowerer, op: Operation) -> None:
 @lowers("scalar.cmpf")
 def _cmpf(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
-    pred = op.attrs["predicate"]
+    pred = op.attr("predicate")
     if pred in ("ord", "uno"):
         either = lo.lor(fm.isnan(lo, a), fm.isnan(lo, b))
         r = either if pred == "uno" else lo.logical_not(either)
@@ -681,8 +682,8 @@ def _cmpf(lo: Lowerer, op: Operation) -> None:
 @lowers("scalar.cmpi")
 def _cmpi(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
-    pred = op.attrs["predicate"]
-    if op.operands[0].type is I1:
+    pred = op.attr("predicate")
+    if op.operand("lhs").type is I1:
         if pred in ("eq", "ne"):
             lo.env[op.results[0]] = lo.cmp(Op.LogicalEqual if pred == "eq" else Op.LogicalNotEqual, a, b)
             return
@@ -694,8 +695,8 @@ def _cmpi(lo: Lowerer, op: Operation) -> None:
 
 @lowers("scalar.sitofp", "scalar.uitofp")
 def _itofp(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     ft = lo.vtype(dst)  # type: ignore[arg-type]
     if src is I1:
         one = -1.0 if op.name == "scalar.sitofp" else 1.0
@@ -707,8 +708,8 @@ def _itofp(lo: Lowerer, op: Operation) -> None:
 
 @lowers("scalar.fptosi", "scalar.fptoui")
 def _fptoi(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     if dst is I1:  # the only defined results: true is -1 (signed) or 1 (unsigned)
         bits = fm.cbits(src)  # type: ignore[arg-type]
         if op.name == "scalar.fptosi":
@@ -722,16 +723,16 @@ def _fptoi(lo: Lowerer, op: Operation) -> None:
 
 @lowers("scalar.extf")
 def _extf(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     same = fm.cbits(src) == fm.cbits(dst)  # type: ignore[arg-type]
     lo.env[op.results[0]] = x if same else lo.val(Op.FConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
 
 
 @lowers("scalar.fptrunc")
 def _fptrunc(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     if dst is BF16:
         if src.bits == 64:  # type: ignore[union-attr]
             x = _f64_to_f32_odd(lo, x)
@@ -759,8 +760,8 @@ def _f64_to_f32_odd(lo: Lowerer, x: int) -> int:
 
 @lowers("scalar.extsi", "scalar.extui", "scalar.trunci")
 def _int_cast(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     if src is I1:
         ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1  # type: ignore[union-attr]
         lo.vtype(dst)  # type: ignore[arg-type]
@@ -775,8 +776,8 @@ def _int_cast(lo: Lowerer, op: Operation) -> None:
 
 @lowers("scalar.bitcast")
 def _bitcast(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    src, dst = op.operands[0].type, op.results[0].type
+    x = lo.get(op.operand("value"))
+    src, dst = op.operand("value").type, op.result().type
     if src is BF16:
         r = lo.val(Op.UConvert, lo.uint_t(16), lo.ishr(lo.bitcast(lo.u32_t, x), 16))
         if is_float(dst):
@@ -810,8 +811,8 @@ def _select(lo: Lowerer, op: Operation) -> None:
 @lowers("scf.if")
 def _if(lo: Lowerer, op: Operation) -> None:
     m, fw = lo.m, lo.fw
-    cond = lo.get(op.operands[0])
-    then_r, else_r = op.regions
+    cond = lo.get(op.operand("condition"))
+    then_r, else_r = op.region("then"), op.region("else")
     has_else = bool(op.results) or not _trivial(else_r)
     then_l, merge = m.new_id(), m.new_id()
     else_l = m.new_id() if has_else else merge
@@ -835,9 +836,9 @@ def _if(lo: Lowerer, op: Operation) -> None:
 @lowers("scf.for")
 def _for(lo: Lowerer, op: Operation) -> None:
     m, fw = lo.m, lo.fw
-    lower, upper, step = (lo.get(v) for v in op.operands[:3])
-    inits = [lo.get(v) for v in op.operands[3:]]
-    body = op.regions[0]
+    lower, upper, step = (lo.get(op.operand(name)) for name in ("lower", "upper", "step"))
+    inits = [lo.get(v) for v in op.operand_group("inits")]
+    body = op.region("body")
     iv, carried = body.args[0], body.args[1:]
     pre = fw.block
     header, body_l, cont, merge = m.new_id(), m.new_id(), m.new_id(), m.new_id()
@@ -868,8 +869,8 @@ def _for(lo: Lowerer, op: Operation) -> None:
 @lowers("scf.while")
 def _while(lo: Lowerer, op: Operation) -> None:
     m, fw = lo.m, lo.fw
-    before, after = op.regions
-    inits = [lo.get(v) for v in op.operands]
+    before, after = op.region("before"), op.region("after")
+    inits = [lo.get(v) for v in op.operand_group("inits")]
     pre = fw.block
     header, before_l, do_l, cont, merge = (m.new_id() for _ in range(5))
     fw.op(Op.Branch, header)
@@ -879,8 +880,8 @@ def _while(lo: Lowerer, op: Operation) -> None:
     fw.op(Op.Branch, before_l)
     fw.label(before_l)
     cond_op = lo.block(before)
-    go = lo.get(cond_op.operands[0])
-    forwarded = cond_op.operands[1:]
+    go = lo.get(cond_op.operand("condition"))
+    forwarded = cond_op.operand_group("values")
     fw.op(Op.BranchConditional, go, do_l, merge)
     fw.label(do_l)
     for a, v in zip(after.args, forwarded):
@@ -923,15 +924,15 @@ def _buffer_view(lo: Lowerer, op: Operation) -> None:
 
 @lowers("view.subview")
 def _subview(lo: Lowerer, op: Operation) -> None:
-    view: ViewValue = lo.get(op.operands[0])
-    origin = lo.indices(op, 0)
+    view: ViewValue = lo.get(op.operand("view"))
+    origin = lo.indices(op)
     lo.env[op.results[0]] = ViewValue(view.roots, view.sel, lo.element(view, origin), view.strides)
 
 
 @lowers("buffer.pack")
 def _pack(lo: Lowerer, op: Operation) -> None:
     sizes = lo.operands(op)
-    aligns = op.attrs["aligns"]
+    aligns = op.attr("aligns")
 
     def align_up(x: int, a: int) -> int:
         if a == 1:
@@ -951,28 +952,28 @@ def _pack(lo: Lowerer, op: Operation) -> None:
 
 @lowers("view.load")
 def _view_load(lo: Lowerer, op: Operation) -> None:
-    view: ViewValue = lo.get(op.operands[0])
-    elem = op.operands[0].type.elem  # type: ignore[union-attr]
-    e = lo.element(view, lo.indices(op, 0))
+    view: ViewValue = lo.get(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.load(root, elem, e)])
     lo.env[op.results[0]] = r
 
 
 @lowers("view.store")
 def _view_store(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    view: ViewValue = lo.get(op.operands[1])
-    elem = op.operands[1].type.elem  # type: ignore[union-attr]
-    e = lo.element(view, lo.indices(op, 1))
+    x = lo.get(op.operand("value"))
+    view: ViewValue = lo.get(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    e = lo.element(view, lo.indices(op))
     lo.on_roots(view.roots, view.sel, lambda root: lo.store(root, elem, e, x) or [])
 
 
 @lowers("view.atomic.rmw")
 def _atomic(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    view: ViewValue = lo.get(op.operands[1])
-    elem = op.operands[1].type.elem  # type: ignore[union-attr]
-    e = lo.element(view, lo.indices(op, 1))
+    x = lo.get(op.operand("value"))
+    view: ViewValue = lo.get(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.atomic(op, root, elem, e, x)])
     lo.env[op.results[0]] = r
 
@@ -983,22 +984,22 @@ def _atomic(lo: Lowerer, op: Operation) -> None:
 @lowers("vector.constant")
 def _vector_constant(lo: Lowerer, op: Operation) -> None:
     t: ShapedType = op.results[0].type  # type: ignore[assignment]
-    c = lo.const(t.elem, canonical(op.attrs["value"], t.elem))
+    c = lo.const(t.elem, canonical(op.attr("value"), t.elem))
     lo.env[op.results[0]] = (c,) * t.dims[0]  # type: ignore[operator]
 
 
 @lowers("vector.splat")
 def _splat(lo: Lowerer, op: Operation) -> None:
     t: ShapedType = op.results[0].type  # type: ignore[assignment]
-    lo.env[op.results[0]] = (lo.get(op.operands[0]),) * t.dims[0]  # type: ignore[operator]
+    lo.env[op.results[0]] = (lo.get(op.operand("value")),) * t.dims[0]  # type: ignore[operator]
 
 
 @lowers("vector.load")
 def _vector_load(lo: Lowerer, op: Operation) -> None:
-    view: ViewValue = lo.get(op.operands[0])
-    elem = op.operands[0].type.elem  # type: ignore[union-attr]
+    view: ViewValue = lo.get(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
     n = op.results[0].type.dims[0]  # type: ignore[union-attr]
-    e = lo.element(view, lo.indices(op, 0))
+    e = lo.element(view, lo.indices(op))
     lanes = lo.on_roots(view.roots, view.sel,
                         lambda root: [lo.load(root, elem, lo.iadd(e, lo.u32(k))) for k in range(n)])
     lo.env[op.results[0]] = tuple(lanes)
@@ -1006,10 +1007,10 @@ def _vector_load(lo: Lowerer, op: Operation) -> None:
 
 @lowers("vector.store")
 def _vector_store(lo: Lowerer, op: Operation) -> None:
-    lanes = lo.get(op.operands[0])
-    view: ViewValue = lo.get(op.operands[1])
-    elem = op.operands[1].type.elem  # type: ignore[union-attr]
-    e = lo.element(view, lo.indices(op, 1))
+    lanes = lo.get(op.operand("value"))
+    view: ViewValue = lo.get(op.operand("view"))
+    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    e = lo.element(view, lo.indices(op))
 
     def emit(root: Root) -> list[int]:
         for k, x in enumerate(lanes):
@@ -1021,12 +1022,12 @@ def _vector_store(lo: Lowerer, op: Operation) -> None:
 
 @lowers("vector.extract")
 def _extract(lo: Lowerer, op: Operation) -> None:
-    lanes = lo.get(op.operands[0])
-    k = op.attrs["indices"][0]
+    lanes = lo.get(op.operand("vector"))
+    k = op.attr("indices")[0]
     if k is not None:
         lo.env[op.results[0]] = lanes[k]
         return
-    idx = lo.get(op.operands[1])
+    idx = lo.get(op.operand("indices"))
     r = lanes[0]
     for j in range(1, len(lanes)):
         r = lo.select(lo.cmp(Op.IEqual, idx, lo.u32(j)), lanes[j], r)
@@ -1035,13 +1036,13 @@ def _extract(lo: Lowerer, op: Operation) -> None:
 
 @lowers("vector.insert")
 def _insert(lo: Lowerer, op: Operation) -> None:
-    x = lo.get(op.operands[0])
-    lanes = lo.get(op.operands[1])
-    k = op.attrs["indices"][0]
+    x = lo.get(op.operand("value"))
+    lanes = lo.get(op.operand("vector"))
+    k = op.attr("indices")[0]
     if k is not None:
         lo.env[op.results[0]] = lanes[:k] + (x,) + lanes[k + 1:]
         return
-    idx = lo.get(op.operands[2])
+    idx = lo.get(op.operand("indices"))
     lo.env[op.results[0]] = tuple(lo.select(lo.cmp(Op.IEqual, idx, lo.u32(j)), x, lane)
                                   for j, lane in enumerate(lanes))
 
@@ -1051,7 +1052,7 @@ def _vector_reduce(lo: Lowerer, op: Operation) -> None:
     lanes, acc = lo.operands(op)
     t = op.results[0].type
     for lane in lanes:
-        acc = fm.combine(lo, op.attrs["kind"], t, acc, lane)  # type: ignore[arg-type]
+        acc = fm.combine(lo, op.attr("kind"), t, acc, lane)  # type: ignore[arg-type]
     lo.env[op.results[0]] = acc
 
 
@@ -1079,13 +1080,13 @@ def _vector_arith(lo: Lowerer, op: Operation) -> None:
 
 @lowers(*COORDINATES)
 def _coordinate(lo: Lowerer, op: Operation) -> None:
-    lo.env[op.results[0]] = lo.builtin(COORDINATES[op.name], AXIS[op.attrs["kind"]])
+    lo.env[op.results[0]] = lo.builtin(COORDINATES[op.name], AXIS[op.attr("kind")])
 
 
 @lowers("kernel.workgroup.size")
 def _workgroup_size(lo: Lowerer, op: Operation) -> None:
     assert lo.kernel is not None
-    lo.env[op.results[0]] = lo.u32(lo.kernel.workgroup_size[AXIS[op.attrs["kind"]]])
+    lo.env[op.results[0]] = lo.u32(lo.kernel.workgroup_size[AXIS[op.attr("kind")]])
 
 
 @lowers("kernel.subgroup.size")
@@ -1107,9 +1108,9 @@ def _lane_id(lo: Lowerer, op: Operation) -> None:
 
 @lowers("kernel.barrier")
 def _barrier(lo: Lowerer, op: Operation) -> None:
-    scope = Scope.Subgroup if op.attrs.get("scope") == "subgroup" else Scope.Workgroup
-    if op.attrs.get("kind") == "global":
-        sem = ORDERING_SEM[str(op.attrs.get("ordering", "acq_rel"))] | Sem.UniformMemory
+    scope = Scope.Subgroup if op.attr("scope", None) == "subgroup" else Scope.Workgroup
+    if op.attr("kind", None) == "global":
+        sem = ORDERING_SEM[str(op.attr("ordering", "acq_rel"))] | Sem.UniformMemory
     else:
         sem = BARRIER_WG
     lo.barrier(scope, scope, sem)
@@ -1118,8 +1119,8 @@ def _barrier(lo: Lowerer, op: Operation) -> None:
 @lowers("kernel.subgroup.reduce")
 def _subgroup_reduce(lo: Lowerer, op: Operation) -> None:
     t: ScalarType = op.results[0].type  # type: ignore[assignment]
-    kind = op.attrs["kind"]
-    wt, v = lo.promote(t, kind, lo.get(op.operands[0]))
+    kind = op.attr("kind")
+    wt, v = lo.promote(t, kind, lo.get(op.operand("value")))
     lo.env[op.results[0]] = lo.demote(t, wt, lo.subgroup_reduce(kind, wt, v))
 
 
@@ -1129,7 +1130,7 @@ def _subgroup_reduce(lo: Lowerer, op: Operation) -> None:
 @lowers("func.call", "template.call")
 def _call(lo: Lowerer, op: Operation) -> None:
     args = [lo.facts.roots.get(v) if tracked(v.type) else None for v in op.operands]
-    spec = lo.em.function(lo.em.analysis.spec_key(op.attrs["callee"], args), op)
+    spec = lo.em.function(lo.em.analysis.spec_key(op.attr("callee"), args), op)
     lo.fw.callees[spec.fw.id] = spec.fw
     flat: list[int] = []
     for v, roots in zip(op.operands, spec.param_roots):
@@ -1149,7 +1150,7 @@ def _call(lo: Lowerer, op: Operation) -> None:
 
 @lowers("config.get")
 def _config_get(lo: Lowerer, op: Operation) -> None:
-    raise lo.fail("CONFIG/003", op, k=op.attrs.get("ref", "?"))
+    raise lo.fail("CONFIG/003", op, k=op.attr("ref", "?"))
 
 
 @lowers("target.subgroup.size")

@@ -101,7 +101,7 @@ class RootAnalysis:
             if root is None:
                 root = self.buffers[binding] = Root("buffer", binding, binding=binding)
             facts.roots[arg] = frozenset((root,))
-        self._walk(kernel.regions[1], facts.roots)
+        self._walk(kernel.region("body"), facts.roots)
         self.kernels[kernel] = facts
         return facts
 
@@ -117,7 +117,7 @@ class RootAnalysis:
             raise CompileError([Diagnostic.make("LINK/001", self.module.path, (0, 0), s=key[0])])
         facts = Facts()
         self.specs[key] = facts
-        body = fn.regions[0]
+        body = fn.region("body")
         for arg, roots in zip(body.args, key[1]):
             if tracked(arg.type):
                 facts.roots[arg] = roots
@@ -138,13 +138,13 @@ class RootAnalysis:
     def _alloca(self, op: Operation, env: dict[Value, Roots]) -> None:
         root = self.allocas.get(op)
         if root is None:
-            size = fold_value(op.operands[0])
+            size = fold_value(op.operand("bytes"))
             if not isinstance(size, int) or isinstance(size, bool):
-                if op.attrs.get("kind") == "workgroup":
+                if op.attr("kind", None) == "workgroup":
                     raise CompileError([Diagnostic.make("STRUCTURE/008", self.module.path, op.loc)])
                 raise CompileError([Diagnostic.make("TYPE/003", self.module.path, op.operand_loc(0),
                                                     what="alloca size", why="it must fold to a constant")])
-            root = Root(op.attrs.get("kind", "private"), self._next, op=op, size=size)
+            root = Root(op.attr("kind", "private"), self._next, op=op, size=size)
             self._next += 1
             self.allocas[op] = root
         env[op.results[0]] = frozenset((root,))
@@ -161,7 +161,7 @@ class RootAnalysis:
     @staticmethod
     def _select(op: Operation, env: dict[Value, Roots]) -> None:
         if tracked(op.results[0].type):
-            env[op.results[0]] = env.get(op.operands[1], EMPTY) | env.get(op.operands[2], EMPTY)
+            env[op.results[0]] = env.get(op.operand("true_value"), EMPTY) | env.get(op.operand("false_value"), EMPTY)
 
     @staticmethod
     def _access(view: Value, elem: ScalarType, atomic: bool, env: dict[Value, Roots]) -> None:
@@ -171,10 +171,12 @@ class RootAnalysis:
                 root.atomics[elem] = None
 
     def _load(self, op: Operation, env: dict[Value, Roots]) -> None:
-        self._access(op.operands[0], op.operands[0].type.elem, False, env)  # type: ignore[union-attr]
+        view = op.operand("view")
+        self._access(view, view.type.elem, False, env)  # type: ignore[union-attr]
 
     def _store(self, op: Operation, env: dict[Value, Roots]) -> None:
-        self._access(op.operands[1], op.operands[1].type.elem, op.name == "view.atomic.rmw", env)  # type: ignore[union-attr]
+        view = op.operand("view")
+        self._access(view, view.type.elem, op.name == "view.atomic.rmw", env)  # type: ignore[union-attr]
 
     @staticmethod
     def _join(values: list[Value], targets: list[Value], env: dict[Value, Roots]) -> bool:
@@ -198,9 +200,9 @@ class RootAnalysis:
                 self._join(list(term.operands), list(op.results), env)
 
     def _for(self, op: Operation, env: dict[Value, Roots]) -> None:
-        body = op.regions[0]
+        body = op.region("body")
         carried = body.args[1:]
-        self._join(op.operands[3:], carried, env)
+        self._join(op.operand_group("inits"), carried, env)
         while True:
             self._walk(body, env)
             term = body.terminator
@@ -209,12 +211,12 @@ class RootAnalysis:
         self._join(carried, list(op.results), env)
 
     def _while(self, op: Operation, env: dict[Value, Roots]) -> None:
-        before, after = op.regions
-        self._join(list(op.operands), before.args, env)
+        before, after = op.region("before"), op.region("after")
+        self._join(op.operand_group("inits"), before.args, env)
         while True:
             self._walk(before, env)
             cond = before.terminator
-            forwarded = list(cond.operands[1:]) if cond is not None else []
+            forwarded = cond.operand_group("values") if cond is not None else []
             self._join(forwarded, after.args, env)
             self._walk(after, env)
             term = after.terminator
@@ -224,7 +226,7 @@ class RootAnalysis:
 
     def _call(self, op: Operation, env: dict[Value, Roots]) -> None:
         args = [env.get(v, EMPTY) if tracked(v.type) else None for v in op.operands]
-        facts = self.function(self.spec_key(op.attrs["callee"], args))
+        facts = self.function(self.spec_key(op.attr("callee"), args))
         for r, roots in zip(op.results, facts.results):
             if tracked(r.type):
                 env[r] = roots
