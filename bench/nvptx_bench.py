@@ -3,7 +3,9 @@
     python bench/nvptx_bench.py [--repeat N] [--arch sm_90]
 
 For saxpy, the reduction and matmul (samples/*.loom, and the same kernels in
-CUDA C++ in bench/nvptx_kernels.cu) it prints, per kernel:
+CUDA C++ in bench/nvptx_kernels.cu; matmul also as `matmul/wide`, against a
+.cu version whose element offsets are 64-bit as Loom's `offset` type is) it
+prints, per kernel:
 
   * registers, from `ptxas -v` on each PTX (same ptxas, same -arch);
   * PTX instructions in the entry (lines ending in `;`, declarations aside);
@@ -33,6 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 KERNELS = [("saxpy", "saxpy.loom"), ("sum_f32", "reduction.loom"), ("matmul_f32", "matmul.loom")]
+# Rows of the table: (label, loom kernel, sample, the .cu kernel it is compared with). matmul twice: the .cu's
+# 32-bit index arithmetic, and the 64-bit element offsets that Loom's `offset` type computes.
+ROWS = [(k, k, s, k) for k, s in KERNELS] + [("matmul/wide", "matmul_f32", "matmul.loom", "matmul_f32_wide")]
 CLANG = ["--cuda-device-only", "-nocudalib", "-nocudainc", "--no-cuda-version-check", "-O3", "-S", "-x", "cuda"]
 
 
@@ -88,7 +93,7 @@ def main() -> None:
             built = assemble(clang_ptx.encode(), args.arch, ptxas)
             clang_info, clang_cubin = built.kernels, built.cubin
         print(f"{'kernel':<11} {'regs loom/clang':>16} {'PTX insts loom/clang':>21} {'SASS insts loom/clang':>22}")
-        for kernel, sample in KERNELS:
+        for label, kernel, sample, theirs_name in ROWS:
             path = str(ROOT / "samples" / sample)
             subprocess.run(loom + ["compile", path, "--target", f"nvptx:{args.arch}", "-o", str(out / "k.ptx"),
                                    "--no-cache"], check=True, capture_output=True)
@@ -96,9 +101,9 @@ def main() -> None:
             built = assemble(ptx.encode(), args.arch, ptxas)
             ours = (built.kernels[kernel].registers, ptx_instructions(ptx, kernel),
                     sass_instructions(built.cubin, kernel))
-            theirs = ((clang_info[kernel].registers, ptx_instructions(clang_ptx, kernel),
-                       sass_instructions(clang_cubin, kernel)) if clang else ("-", "-", "-"))
-            print(f"{kernel:<11} {f'{ours[0]}/{theirs[0]}':>16} {f'{ours[1]}/{theirs[1]}':>21} "
+            theirs = ((clang_info[theirs_name].registers, ptx_instructions(clang_ptx, theirs_name),
+                       sass_instructions(clang_cubin, theirs_name)) if clang else ("-", "-", "-"))
+            print(f"{label:<11} {f'{ours[0]}/{theirs[0]}':>16} {f'{ours[1]}/{theirs[1]}':>21} "
                   f"{f'{ours[2]}/{theirs[2]}':>22}")
         print(f"\ncompile time, median of {args.repeat}")
         print("  in process: front end + passes, then emission (lowering, LLVM in the warm worker, ptxas)")

@@ -46,3 +46,25 @@ extern "C" __global__ __launch_bounds__(256) void matmul_f32(unsigned m, unsigne
   }
   if (row_ok && col_ok) c[row * n + col] = sum;
 }
+
+// matmul_f32 with the element offsets in 64 bits, as Loom's `offset` type
+// computes them (offset_bitwidth 64 on nvptx): the same arithmetic as
+// samples/matmul.loom, correct past 2^32 elements, unlike the 32-bit one above.
+extern "C" __global__ __launch_bounds__(256) void matmul_f32_wide(unsigned m, unsigned n, unsigned k, const float *a,
+                                                                  const float *b, float *c) {
+  __shared__ float ta[16][16];
+  __shared__ float tb[16][16];
+  unsigned tx = __nvvm_read_ptx_sreg_tid_x(), ty = __nvvm_read_ptx_sreg_tid_y();
+  unsigned col = __nvvm_read_ptx_sreg_ctaid_x() * 16u + tx, row = __nvvm_read_ptx_sreg_ctaid_y() * 16u + ty;
+  bool row_ok = row < m, col_ok = col < n;
+  float sum = 0.0f;
+  for (unsigned s = 0; s < (k + 15u) / 16u; ++s) {
+    unsigned ak = s * 16u + tx, bk = s * 16u + ty;
+    ta[ty][tx] = row_ok && ak < k ? a[(unsigned long long)row * k + ak] : 0.0f;
+    tb[ty][tx] = bk < k && col_ok ? b[(unsigned long long)bk * n + col] : 0.0f;
+    __syncthreads();
+    for (unsigned j = 0; j < 16; ++j) sum = __builtin_fmaf(ta[ty][j], tb[j][tx], sum);
+    __syncthreads();
+  }
+  if (row_ok && col_ok) c[(unsigned long long)row * n + col] = sum;
+}
