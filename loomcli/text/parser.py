@@ -10,6 +10,7 @@ report. Each op's syntax comes from its `OpDef.format` directives.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -223,8 +224,11 @@ class Parser:
         if k == INT:
             return self._int_token()
         if k == FLOAT:
+            value = float(text)
+            if math.isinf(value):
+                self.overflowing_float(text)
             self.i += 1
-            return float(text)
+            return value
         if k == IDENT:
             if text == "true" or text == "false":
                 self.i += 1
@@ -240,6 +244,18 @@ class Parser:
         if k == STRING:
             return self.parse_string()
         self.fail_expected("a literal")
+
+    def overflowing_float(self, text: str) -> None:
+        """Section 17.5: a finite float literal that rounds to infinity is
+        TYPE/005. Past f64's range the value kept (the f64 written) is already
+        `inf`, which the verifier accepts as written `inf`, so the finding is
+        made here, where the spelling is still known; the op is marked invalid
+        so that its literal rule does not report the same token again."""
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        self.diags.append(Diagnostic.make("TYPE/005", self.path, self.loc(self.offset), literal=shown,
+                                          type="float (it rounds to infinity in f64)"))
+        if self.current is not None:
+            self.current.attrs["$invalid"] = True
 
     def parse_string(self) -> str:
         if self.kinds[self.i] != STRING:
