@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.errors import LoomError
+from loomcli.files import finite_float
 
 try:
     import tomllib
@@ -261,10 +262,12 @@ def load_project(folder: str, file: str | None = None) -> Project:
         raise LoomError(f"{shown}: no such file (a project needs a loom.toml)", 2) from None
     text = data.decode("utf-8", "replace")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = tomllib.loads(text, parse_float=finite_float)
+    except ValueError as e:  # TOMLDecodeError, an integer past Python's digit limit, or finite_float's refusal
         m = re.search(r"line (\d+)", str(e))
         raise LoomError(f"{shown}:{m.group(1) if m else 1}: invalid TOML: {e}", 1) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise LoomError(f"{shown}: invalid TOML: nested too deeply", 1) from None
     r = _Reader(root, shown, text)
     for key in doc:
         if key not in _TOP:

@@ -11,13 +11,13 @@ messages can say so. Applying them to a module is `loomcli.passes.bind`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.files import finite_float
 from loomcli.ir.core import Module
 from loomcli.passes.bind import Binding, ConfigBindings, Unparsed, parse_literal_text
 
@@ -83,7 +83,7 @@ class BindingCollector:
             pairs_seen: list[tuple[str, Any]] = []
             try:
                 obj = json.loads(text, object_pairs_hook=lambda pairs: _dup_checked(pairs, pairs_seen),
-                                 parse_float=_finite_float)
+                                 parse_float=finite_float)
             except ValueError as e:  # also integers past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
             except RecursionError:
@@ -96,7 +96,7 @@ class BindingCollector:
             import tomllib
 
             try:
-                obj = tomllib.loads(text, parse_float=_finite_float)
+                obj = tomllib.loads(text, parse_float=finite_float)
             except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
             except RecursionError:
@@ -128,17 +128,6 @@ class BindingCollector:
         for level in reversed(self.levels):
             merged.update(level)
         return ConfigBindings(dict(sorted(merged.items())))
-
-
-def _finite_float(text: str) -> float:
-    """A float of a JSON or TOML config file. A finite number past f64's range
-    would read as infinity and bind as if `inf` had been written; like a Loom
-    literal (LANGUAGE.md section 17.5) it is rejected instead (CONFIG/001).
-    TOML's own `inf` spelling still reads as infinity."""
-    value = float(text)
-    if math.isinf(value) and text.lstrip("+-") != "inf":
-        raise ValueError(f"`{text if len(text) <= 40 else text[:40] + '…'}` rounds to infinity in f64")
-    return value
 
 
 def _dup_checked(pairs: list[tuple[str, Any]], dups: list[tuple[str, Any]]) -> dict[str, Any]:
