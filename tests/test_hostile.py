@@ -414,6 +414,24 @@ def test_config_file_floats_past_f64_are_config_001(tmp_path: Path, name: str, t
         assert c.result().get("scale").value == binds
 
 
+@pytest.mark.parametrize("name, text, shown", [
+    ("c.json", '{"scale": null}', "null"),
+    ("c.json", '{"scale": [null, 1]}', "[null, 1]"),
+    ("c.toml", "scale = 1979-05-27\n", "1979-05-27"),
+    ("c.toml", "scale = 07:32:00\n", "07:32:00"),
+], ids=["json-null", "json-list-of-null", "toml-date", "toml-time"])
+def test_config_values_that_are_no_literal_are_config_001(tmp_path: Path, name: str, text: str, shown: str) -> None:
+    """JSON null and TOML dates and times ended in an internal TypeError
+    (the CONFIG/001 message could not print them)."""
+    src = tmp_path / "k.loom"
+    src.write_text(F64_CONFIG_KERNEL)
+    f = tmp_path / name
+    f.write_text(text)
+    r = loom("compile", str(src), "-o", str(tmp_path / "o.loombc"), "--config-file", str(f))
+    err = no_crash(r)
+    assert r.returncode == 1 and f"error [CONFIG/001]: cannot bind `{shown}` to `@scale` : f64" in err, err
+
+
 @pytest.mark.parametrize("how", ["json", "toml", "text"])
 @pytest.mark.xfail(strict=True, reason="fix pending in loomcli/passes/bind.py: coerce() and parse_literal_text()")
 def test_config_values_a_float_key_cannot_hold_are_config_001(tmp_path: Path, how: str) -> None:
