@@ -439,6 +439,12 @@ class Parser:
                 static = False
                 dims.append(self.resolve(d[2:-1], pos + 1))
             else:
+                # Like an integer token (section 17.4): past 2^64-1 no file
+                # can hold the dim (bytecode refuses it), and past 4,300
+                # digits Python will not convert it.
+                digits = d.lstrip("0")
+                if len(digits) > 20 or int(digits or "0") > _INT_MAX:
+                    self.fail("PARSE/004", pos, text=d if len(d) <= 40 else d[:40] + "…")
                 dims.append(int(d))
             pos += len(d) + 1
         t = ShapedType(m.group(1), tuple(dims), elem)
