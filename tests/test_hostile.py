@@ -348,6 +348,17 @@ def test_config_loading_is_linear_in_keys(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- 5. exit codes and messages
 
 
+@pytest.mark.parametrize("char", ["\x00", "\x1b", "\x7f"], ids=["nul", "esc", "del"])
+def test_invalid_control_characters_are_escaped_in_the_message(char: str) -> None:
+    """The message named a NUL or ESC token raw (the source line after it
+    stays verbatim, as section 14 wants)."""
+    with pytest.raises(CompileError) as e:
+        parse_text(f"func.def @f() {{\n{char}  func.return\n}}\n", "k.loom")
+    (d,) = e.value.diagnostics
+    assert (d.code, d.line, d.column) == ("PARSE/004", 2, 1)
+    assert d.message == f"invalid token `\\x{ord(char):02x}`"
+
+
 def test_integer_literals_past_the_digit_limit(tmp_path: Path) -> None:
     digits = "1" * 5000
     src = tmp_path / "big.loom"

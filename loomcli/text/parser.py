@@ -41,6 +41,7 @@ _SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Z
                        r"([A-Za-z0-9_]+)>\Z")
 _DIM_RE = re.compile(r"([0-9]+|\[%[^\]]+\])x")
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # Identifiers that are literals, type or op names: never an op's unknown keyword.
 _NOT_KEYWORDS = frozenset({"true", "false", "inf", "nan", *SCALAR_TYPES, *OPS, *RENAMED_OPS})
 
@@ -138,6 +139,8 @@ class Parser:
     # ------------------------------------------------------------ errors
 
     def fail(self, code: str, offset: int, **fields: Any) -> None:
+        if code == "PARSE/004":  # the token as the message shows it: no raw NUL, ESC or other control
+            fields["text"] = _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", fields["text"])
         raise _SyntaxStop(Diagnostic.make(code, self.path, self.loc(offset), **fields))
 
     def describe(self) -> str:
