@@ -14,13 +14,14 @@ target, and an output that is an input is a usage error.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import sys
 
 from loomcli.errors import EXIT_COMPILE, EXIT_ENV, LoomError, write_outputs
 
-__all__ = ["MAX_INPUT_BYTES", "read_input", "write_outputs"]
+__all__ = ["MAX_INPUT_BYTES", "finite_float", "read_input", "write_outputs"]
 
 MAX_INPUT_BYTES = 64 << 20
 STDIN = "-"
@@ -52,3 +53,15 @@ def _bounded(stream, shown: str, limit: int) -> bytes:
 
 def _too_large(shown: str, limit: int) -> LoomError:
     return LoomError(f"{shown}: input larger than the {limit >> 20} MiB limit", EXIT_COMPILE)
+
+
+def finite_float(text: str) -> float:
+    """`parse_float` for JSON and TOML inputs (config files, loom.toml). A
+    finite number past f64's range would read as infinity and bind as if
+    `inf` had been written; like a Loom literal (LANGUAGE.md section 17.5)
+    it is refused with ValueError, which the readers report. TOML's own
+    `inf` spelling still reads as infinity."""
+    value = float(text)
+    if math.isinf(value) and text.lstrip("+-") != "inf":
+        raise ValueError(f"`{text if len(text) <= 40 else text[:40] + '…'}` rounds to infinity in f64")
+    return value

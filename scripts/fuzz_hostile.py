@@ -250,6 +250,11 @@ def round_trip(data: bytes, tally: Tally, name: str) -> None:
         module = load_bytes(data, name)
     except CompileError:
         return
+    except Exception:  # any other exception is a crash the commands would show too: record it, go on
+        import traceback
+
+        tally.findings.append(Finding("load crash", [name], traceback.format_exc()[-2000:]))
+        return
     text = print_module(module)
     try:
         again = print_module(parse_text(text, name))

@@ -298,6 +298,18 @@ def test_quiet_prints_nothing_and_target_and_out_dir_flags(tmp_path: Path, fresh
     ('[project]\nname = "p"\nversion = "1"\n[package]\nformat = "zip"\n',
      "loom.toml:5: [package]: key `format`: 'zip' is not supported"),
     ('[project\nname = "p"\n', "loom.toml:1: invalid TOML"),
+    # Decoding limits past TOML's grammar were internal errors (ValueError, RecursionError),
+    # and a finite float past f64's range read as infinity.
+    ('[project]\nname = "p"\nversion = "1"\n[config]\nk = 1' + "0" * 5000 + "\n", "loom.toml:1: invalid TOML"),
+    ('[project]\nname = "p"\nversion = "1"\n[config]\nk = ' + "[" * 100000 + "]" * 100000 + "\n",
+     "loom.toml: invalid TOML: nested too deeply"),
+    ('[project]\nname = "p"\nversion = "1"\n[config]\nk = 1e309\n',
+     "invalid TOML: `1e309` rounds to infinity in f64"),
+    # A date reached the compile workers' JSON requests: a traceback per worker thread.
+    ('[project]\nname = "p"\nversion = "1"\n[config]\nk = 1979-05-27\n',
+     "loom.toml:5: [config]: key `k`: a TOML date or time is no Loom literal"),
+    ('[project]\nname = "p"\nversion = "1"\n[config.a]\nb = [07:32:00]\n',
+     "[config]: key `a.b`: a TOML date or time is no Loom literal"),
     ('[project]\nname = "p"\nversion = "1"\n[extra]\n', "loom.toml:4: loom.toml: unknown key `extra`"),
 ])
 def test_loom_toml_errors_name_file_line_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str,

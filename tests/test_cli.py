@@ -122,6 +122,9 @@ def test_hostile_inputs_never_trace(tmp_path: Path, content: bytes) -> None:
     (["fmt", "--check", "--in-place", "x"], 2),
     (["fmt", "a.loom", "b.loom"], 2),
     (["nosuchcommand"], 2),
+    # KEY=PATH with no path: the failed open of "" named no file at all.
+    (["link", "k=", "-o", "out.loombc"], 2),
+    (["compile", "a.loom", "--library", "k=", "-o", "out.loombc"], 2),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, argv: list[str], code: int) -> None:
     for name in ("x", "a.loom", "b.loom"):
@@ -129,6 +132,8 @@ def test_usage_errors_exit_2(tmp_path: Path, argv: list[str], code: int) -> None
     r = loom(*argv, cwd=tmp_path)
     assert r.returncode == code, r.stderr.decode()
     assert b"Traceback" not in r.stderr
+    if "k=" in argv:
+        assert r.stderr.decode() == "loom: error: `k=` names no file (write KEY=PATH)\n"
 
 
 def test_missing_input_is_environment_error() -> None:

@@ -132,6 +132,16 @@ def test_divergent_barrier_is_exec_002() -> None:
     assert "PASS @diverge_case" in run_file(INTERP / "divergent_barrier.loom").stdout
 
 
+def test_allocas_past_the_profile_limits_are_exec_002() -> None:
+    """A terabyte alloca was allocated for real (internal MemoryError); the
+    reference profile bounds private and workgroup storage at 65536 bytes."""
+    r = run_file(INTERP / "huge_alloca.loom")
+    assert r.returncode == 1 and "FAIL @private_case" in r.stdout and "FAIL @workgroup_case" in r.stdout
+    assert "internal" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    found = re.findall(r"^\S+:(\d+):(\d+): error \[(\w+/\d+)\]: undefined behaviour: (\w+) storage", r.stderr, re.M)
+    assert found == [("8", "8", "EXEC/002", "private"), ("17", "8", "EXEC/002", "workgroup")], r.stderr
+
+
 def test_index_outside_32_bits_with_spirv_target() -> None:
     path = INTERP / "wide_index.loom"
     assert "PASS @wide_case" in run_file(path).stdout          # 64-bit reference index

@@ -172,6 +172,9 @@ TYPED = str(DATA / "typed.loom")
      "the range of i32"),
     (["--target", "gfx1100", TYPED, "@typed", "1", "1", "1", "1e39"],
      "<command-line>: error [LAUNCH_CONFIG/004]: workload arguments: argument 3 (%scale: f32): `1e39` overflows f32"),
+    # Past f64's range a finite value read as infinity and was accepted (`inf` itself stays valid).
+    (["--target", "gfx1100", TYPED, "@typed", "1", "1", "1", "1e309"],
+     "<command-line>: error [LAUNCH_CONFIG/004]: workload arguments: argument 3 (%scale: f32): `1e309` overflows f32"),
     (["--target", "gfx1100", TYPED, "@typed", "1", "1", "1", "x"],
      "<command-line>: error [LAUNCH_CONFIG/004]: workload arguments: argument 3 (%scale: f32): `x` is not a float"),
     # 005: workload predicates

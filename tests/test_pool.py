@@ -126,6 +126,19 @@ def test_jobs_come_from_the_flag_then_loom_jobs() -> None:
             resolve_jobs(None, {"LOOM_JOBS": bad})
 
 
+@pytest.mark.parametrize("style", ["fifo", "pipe"])
+def test_huge_job_counts_are_clamped_to_what_a_jobserver_pipe_holds(style: str) -> None:
+    """`-j 99999999999` was an internal MemoryError (a 100 GB token write) and
+    `-j 70000` lost the tokens past the pipe's 64 KiB."""
+    from loomcli.jobs.jobserver import JobserverServer
+    from loomcli.jobs.pool import MAX_JOBS
+
+    assert resolve_jobs(99999999999, {}) == MAX_JOBS
+    assert resolve_jobs(None, {"LOOM_JOBS": "70000"}) == MAX_JOBS
+    server = JobserverServer(resolve_jobs(99999999999, {}), style)
+    assert server.close() == 0  # every token written was there to take back
+
+
 @pytest.mark.parametrize("target,fmt,magic", [("amdgpu:gfx1100", "amdgpu-hsaco", b"\x7fELF"),
                                                ("spirv:vulkan1.3", "spirv-binary", b"\x03\x02\x23\x07")])
 def test_one_request_inline_in_the_pool_and_from_the_cache(tmp_path: Path, target: str, fmt: str,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.errors import LoomError
+from loomcli.files import finite_float
 
 try:
     import tomllib
@@ -249,6 +250,24 @@ class _Reader:
         return real
 
 
+def _check_config_values(r: _Reader, config: dict[str, Any]) -> None:
+    """[config] holds Loom literals; a TOML date or time is none, and the
+    table travels to compile workers as JSON, where one was an exception in
+    every worker thread. Refused here, naming the key."""
+    import datetime
+
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}" if key else k, v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((key, v) for v in value)
+        elif isinstance(value, (datetime.date, datetime.time)):
+            raise r.fail(r.at.line("config", None, key.rsplit(".", 1)[-1]), "[config]",
+                         f"key `{key}`: a TOML date or time is no Loom literal")
+
+
 def load_project(folder: str, file: str | None = None) -> Project:
     """Read and validate `folder/loom.toml` (or `file`)."""
     path = file if file is not None else os.path.join(folder, "loom.toml")
@@ -261,10 +280,12 @@ def load_project(folder: str, file: str | None = None) -> Project:
         raise LoomError(f"{shown}: no such file (a project needs a loom.toml)", 2) from None
     text = data.decode("utf-8", "replace")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = tomllib.loads(text, parse_float=finite_float)
+    except ValueError as e:  # TOMLDecodeError, an integer past Python's digit limit, or finite_float's refusal
         m = re.search(r"line (\d+)", str(e))
         raise LoomError(f"{shown}:{m.group(1) if m else 1}: invalid TOML: {e}", 1) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise LoomError(f"{shown}: invalid TOML: nested too deeply", 1) from None
     r = _Reader(root, shown, text)
     for key in doc:
         if key not in _TOP:
@@ -276,6 +297,7 @@ def load_project(folder: str, file: str | None = None) -> Project:
     config = doc.get("config", {})
     if not isinstance(config, dict):
         raise r.fail(r.at.line(None, None, "config"), "`config`", "expected a table")
+    _check_config_values(r, config)
     name = r.string(project, "name", ("project", None, "[project]"), pattern=_NAME)
     version = r.string(project, "version", ("project", None, "[project]"), pattern=_NAME)
     targets = r.strings(build, "targets", ("build", None, "[build]"))

@@ -669,15 +669,29 @@ def _atomic(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _alloca(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     nbytes = op.operand("bytes")
     name = "%" + op.results[0].name
-    if op.attr("kind", None) == "workgroup":
+    workgroup = op.attr("kind", None) == "workgroup"
+    # The profile's bound on one allocation (LANGUAGE.md 17.36, and the
+    # reference profile's limits in 7.8). A constant size past it is TARGET/004
+    # or /007 when compiling for a device; here the bytes would be allocated
+    # for real (a terabyte ended in MemoryError), so any size past it stops
+    # the launch before the allocation.
+    limit = it.profile.max_workgroup_storage_bytes if workgroup else it.profile.max_private_bytes
+
+    def allocate(size: int) -> Root:
+        if size > limit:
+            raise ExecFailure("EXEC/002", op, {"why": f"{'workgroup' if workgroup else 'private'} storage {size} "
+                                                      f"> {limit} bytes of {it.profile.name}"})
+        return Root(bytearray(b"\xff" * size), name)
+
+    if workgroup:
         def run(inv: Invocation, env: dict[Value, Any]) -> Any:
             root = inv.wg.get(op)
             if root is None:
-                root = inv.wg[op] = Root(bytearray(b"\xff" * env[nbytes]), name)
+                root = inv.wg[op] = allocate(env[nbytes])
             return [root]
     else:
         def run(inv: Invocation, env: dict[Value, Any]) -> Any:
-            return [Root(bytearray(b"\xff" * env[nbytes]), name)]
+            return [allocate(env[nbytes])]
     return run, False
 
 

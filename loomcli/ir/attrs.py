@@ -119,6 +119,13 @@ def literal_text(v: Any) -> str:
     return attribute_text(v)
 
 
+def angled(inner: str) -> str:
+    """`<inner>`, glued as LANGUAGE.md section 4.5 wants, except after a name
+    that ends in `-` (legal, section 2): `->` always lexes as the arrow, so
+    `<@a->` would not read back; a space before `>` keeps the name whole."""
+    return f"<{inner} >" if inner.endswith("-") else f"<{inner}>"
+
+
 def attribute_text(v: Any) -> str:
     if isinstance(v, (bool, int, float, str)):
         return literal_text(v)
@@ -135,7 +142,7 @@ def attribute_text(v: Any) -> str:
             return "#" + v.name
         parts = [f"{p.key}={attribute_text(p.value)}" if isinstance(p, KeyParam) else attribute_text(p)
                  for p in v.params]
-        return f"#{v.name}<{', '.join(parts)}>"
+        return f"#{v.name}{angled(', '.join(parts))}"
     raise TypeError(f"cannot print attribute {v!r}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loomcli.ir.attrs import Ident, attribute_text
+from loomcli.ir.attrs import Ident, angled, attribute_text
 from loomcli.ir.core import Signature
 from loomcli.ir.types import Type
 
@@ -120,7 +120,7 @@ class SymKind(Directive):
         p.expect(">")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.glue(f"<@{op.attrs[self.attr]}>")
+        pr.glue(angled("@" + op.attrs[self.attr]))
 
 
 class Keyword(Directive):

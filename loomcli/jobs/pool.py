@@ -50,12 +50,20 @@ class TaskEvent:
     status: str
 
 
+# The most workers (and jobserver tokens) one loom serves. Our jobserver holds
+# jobs - 1 one-byte tokens in a pipe of 64 KiB: `-j 99999999999` asked for a
+# 100 GB write (MemoryError) and `-j 70000` overfilled the pipe, losing
+# tokens. A larger count is clamped, as no machine runs more workers usefully.
+MAX_JOBS = 4096
+
+
 def resolve_jobs(explicit: int | None, environ: Mapping[str, str] | None = None) -> int:
-    """The worker bound: `-j N`, else `LOOM_JOBS`, else the usable CPUs."""
+    """The worker bound: `-j N`, else `LOOM_JOBS`, else the usable CPUs;
+    at most MAX_JOBS."""
     if explicit is not None:
         if explicit < 1:
             raise UsageError(f"-j {explicit}: the job count must be at least 1")
-        return explicit
+        return min(explicit, MAX_JOBS)
     env = os.environ if environ is None else environ
     text = env.get("LOOM_JOBS", "").strip()
     if text:
@@ -65,7 +73,7 @@ def resolve_jobs(explicit: int | None, environ: Mapping[str, str] | None = None)
             raise UsageError(f"LOOM_JOBS={text!r} is not a number") from None
         if n < 1:
             raise UsageError(f"LOOM_JOBS={text}: the job count must be at least 1")
-        return n
+        return min(n, MAX_JOBS)
     return usable_cpus()
 
 

@@ -151,6 +151,8 @@ def parse_value(value: Any, t: Type) -> Any:
             value = -n if text.startswith("-") else n
         elif is_float(t) and _FLOAT.match(text):
             value = float(text)
+            if math.isinf(value) and not text.endswith("inf"):  # finite as written: it overflows f64 itself
+                raise BadValue(f"`{text if len(text) <= 40 else text[:40] + '…'}` overflows {t}")
         else:
             raise BadValue(f"`{value}` is not {'a float' if is_float(t) else 'an integer'}")
     if isinstance(value, bool):

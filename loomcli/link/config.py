@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.files import finite_float
 from loomcli.ir.core import Module
 from loomcli.passes.bind import Binding, ConfigBindings, Unparsed, parse_literal_text
 
@@ -81,7 +82,8 @@ class BindingCollector:
         if ext == ".json":
             pairs_seen: list[tuple[str, Any]] = []
             try:
-                obj = json.loads(text, object_pairs_hook=lambda pairs: _dup_checked(pairs, pairs_seen))
+                obj = json.loads(text, object_pairs_hook=lambda pairs: _dup_checked(pairs, pairs_seen),
+                                 parse_float=finite_float)
             except ValueError as e:  # also integers past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
             except RecursionError:
@@ -94,7 +96,7 @@ class BindingCollector:
             import tomllib
 
             try:
-                obj = tomllib.loads(text)
+                obj = tomllib.loads(text, parse_float=finite_float)
             except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
                 raise CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: {e}", shown, 0, 0)]) from None
             except RecursionError:
@@ -108,12 +110,12 @@ class BindingCollector:
         locations = _key_locations(text)
         for key, value in _flatten(obj):
             loc = locations.get(key.rsplit(".", 1)[-1], (0, 0))
-            self.add(Binding(key, value, f"{shown}:{loc[0]}" if loc[0] else shown, shown, loc, level=1),
-                     replace=True)
+            self.add(Binding(key, _file_value(value), f"{shown}:{loc[0]}" if loc[0] else shown, shown, loc,
+                             level=1), replace=True)
 
     def add_project(self, table: Mapping[str, Any], shown: str) -> None:
         for key, value in _flatten(dict(table)):
-            self.add(Binding(key, value, f"{shown} [config]", shown, (0, 0), level=2))
+            self.add(Binding(key, _file_value(value), f"{shown} [config]", shown, (0, 0), level=2))
 
     def add_module_defs(self, module: Module) -> None:
         for op in module.ops:
@@ -126,6 +128,20 @@ class BindingCollector:
         for level in reversed(self.levels):
             merged.update(level)
         return ConfigBindings(dict(sorted(merged.items())))
+
+
+def _file_value(value: Any) -> Any:
+    """A JSON or TOML value as a binding: a literal as it is; anything else
+    (JSON `null`, a list, a TOML date or time) as its spelling, which no
+    type accepts (CONFIG/001 naming it), since a binding holds a section-6
+    literal (`Binding.value`) and messages print it as one."""
+    if type(value) in (bool, int, float, str):
+        return value
+    if value is None:
+        return Unparsed("null")
+    if isinstance(value, list):
+        return Unparsed(json.dumps(value, default=str))
+    return Unparsed(value.isoformat() if hasattr(value, "isoformat") else str(value))
 
 
 def _dup_checked(pairs: list[tuple[str, Any]], dups: list[tuple[str, Any]]) -> dict[str, Any]:

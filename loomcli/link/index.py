@@ -66,6 +66,10 @@ def split_key(spec: str) -> tuple[str | None, str]:
     """`KEY=PATH` or `PATH` (a path with `=` in it needs the KEY= form)."""
     key, eq, path = spec.partition("=")
     if eq and key and os.sep not in key and "/" not in key:
+        if not path:  # else the open of "" fails with a message that names no file
+            from loomcli.errors import UsageError
+
+            raise UsageError(f"`{spec}` names no file (write KEY=PATH)")
         return key, path
     return None, spec
 

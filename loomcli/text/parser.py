@@ -10,6 +10,7 @@ report. Each op's syntax comes from its `OpDef.format` directives.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -40,6 +41,7 @@ _SHAPE_RE = re.compile(r"(view|tensor|vector)<((?:(?:[0-9]+|\[%(?:[A-Za-z_$][A-Z
                        r"([A-Za-z0-9_]+)>\Z")
 _DIM_RE = re.compile(r"([0-9]+|\[%[^\]]+\])x")
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # Identifiers that are literals, type or op names: never an op's unknown keyword.
 _NOT_KEYWORDS = frozenset({"true", "false", "inf", "nan", *SCALAR_TYPES, *OPS, *RENAMED_OPS})
 
@@ -137,6 +139,8 @@ class Parser:
     # ------------------------------------------------------------ errors
 
     def fail(self, code: str, offset: int, **fields: Any) -> None:
+        if code == "PARSE/004":  # the token as the message shows it: no raw NUL, ESC or other control
+            fields["text"] = _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", fields["text"])
         raise _SyntaxStop(Diagnostic.make(code, self.path, self.loc(offset), **fields))
 
     def describe(self) -> str:
@@ -223,8 +227,11 @@ class Parser:
         if k == INT:
             return self._int_token()
         if k == FLOAT:
+            value = float(text)
+            if math.isinf(value):
+                self.overflowing_float(text)
             self.i += 1
-            return float(text)
+            return value
         if k == IDENT:
             if text == "true" or text == "false":
                 self.i += 1
@@ -240,6 +247,18 @@ class Parser:
         if k == STRING:
             return self.parse_string()
         self.fail_expected("a literal")
+
+    def overflowing_float(self, text: str) -> None:
+        """Section 17.5: a finite float literal that rounds to infinity is
+        TYPE/005. Past f64's range the value kept (the f64 written) is already
+        `inf`, which the verifier accepts as written `inf`, so the finding is
+        made here, where the spelling is still known; the op is marked invalid
+        so that its literal rule does not report the same token again."""
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        self.diags.append(Diagnostic.make("TYPE/005", self.path, self.loc(self.offset), literal=shown,
+                                          type="float (it rounds to infinity in f64)"))
+        if self.current is not None:
+            self.current.attrs["$invalid"] = True
 
     def parse_string(self) -> str:
         if self.kinds[self.i] != STRING:
@@ -423,6 +442,12 @@ class Parser:
                 static = False
                 dims.append(self.resolve(d[2:-1], pos + 1))
             else:
+                # Like an integer token (section 17.4): past 2^64-1 no file
+                # can hold the dim (bytecode refuses it), and past 4,300
+                # digits Python will not convert it.
+                digits = d.lstrip("0")
+                if len(digits) > 20 or int(digits or "0") > _INT_MAX:
+                    self.fail("PARSE/004", pos, text=d if len(d) <= 40 else d[:40] + "…")
                 dims.append(int(d))
             pos += len(d) + 1
         t = ShapedType(m.group(1), tuple(dims), elem)
