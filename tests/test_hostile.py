@@ -444,7 +444,6 @@ def test_config_values_that_are_no_literal_are_config_001(tmp_path: Path, name: 
 
 
 @pytest.mark.parametrize("how", ["json", "toml", "text"])
-@pytest.mark.xfail(strict=True, reason="fix pending in loomcli/passes/bind.py: coerce() and parse_literal_text()")
 def test_config_values_a_float_key_cannot_hold_are_config_001(tmp_path: Path, how: str) -> None:
     """An integer past f64's range bound to a float key was an internal
     OverflowError (`float(value)` in bind.coerce); `--config scale=1e309`

@@ -11,6 +11,7 @@ the compile pipeline call it; `loomcli.link.config` gathers the bindings.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,10 @@ def parse_literal_text(text: str) -> Any:
             raise ValueError(text)  # past 2^64, and past Python's 4,300-digit limit
         return int(tok, 16) if hexadecimal else int(tok)
     if kind == FLOAT:
-        return float(tok)
+        value = float(tok)
+        if math.isinf(value):
+            raise ValueError(text)  # a finite literal past f64's range (LANGUAGE.md section 17.5)
+        return value
     if kind == IDENT and tok in ("true", "false"):
         return tok == "true"
     if (kind == IDENT and tok in ("inf", "nan")) or (kind == NEGIDENT and tok in ("-inf", "-nan")):
@@ -85,7 +89,10 @@ def coerce(value: Any, t: Type) -> Any | None:
         return value if t.name == "i1" else None
     if isinstance(value, int):
         if t.category == "float":
-            f = float(value)
+            try:
+                f = float(value)
+            except OverflowError:  # JSON and TOML integers are unbounded; f64 is not
+                return None
             return f if f == value and literal_fits(f, t) else None
         return value if literal_fits(value, t) else None
     if isinstance(value, float):
