@@ -10,10 +10,8 @@ no device here runs (nvptx, amdgpu) to its native artifact, with `ptxas`
 assembling nvptx's PTX into a cubin when it is installed: a well-defined
 kernel that does not compile counts as a mismatch. That covers those
 targets' instruction selection with the same kernels, short of running them.
-A TARGET/005 refusal (the target lacks a feature the kernel needs) is the
-documented answer, not a failure, and is reported as a target gap instead.
 
-Prints `N kernels, M mismatches, G target gaps` and exits 1 on any mismatch (2 on bad
+Prints `N kernels, M mismatches` and exits 1 on any mismatch (2 on bad
 usage, 3 when no Vulkan device is usable). Kernel k of seed S is generated
 from `random.Random(f"{S}:{k}")`, so a mismatch is reproduced by its seed
 and index alone (`--first k --count 1`), and `--keep DIR` writes each
@@ -509,18 +507,9 @@ def run_on(path: str, device: str, runner: Any) -> tuple[list[bytes], str]:
     return capture.outputs, ""
 
 
-# A target may lack a feature a kernel uses; refusing with TARGET/005 at the
-# op is then the specified outcome (LANGUAGE.md section 14: "`@{k}` needs
-# {feature}, which {target} lacks"), not a compiler bug. The generator is
-# target-independent (f32 tanhf, for one, is TARGET/005 on nvptx until the
-# shared expand-math covers it), so such a refusal is a gap, counted apart.
-TARGET_GAP = "TARGET/005"
-
-
-def compile_for(path: str, target: str) -> tuple[str, str]:
-    """('', '') when `path` compiles for `target` to its native artifact (a
-    cubin for nvptx when ptxas exists); else (why, '') for a failure, or
-    ('', why) when the target only lacks a feature (TARGET_GAP)."""
+def compile_for(path: str, target: str) -> str:
+    """'' when `path` compiles for `target` to its native artifact (a cubin for
+    nvptx when ptxas exists), else why not."""
     from loomcli.diagnostics import CompileError
     from loomcli.emit import backend_for
     from loomcli.emit.artifacts import emit
@@ -538,13 +527,10 @@ def compile_for(path: str, target: str) -> tuple[str, str]:
         compiled = compile_module(CompileOptions(input=path, profile=profile, roots=["@fuzz"], for_execution=True))
         art = emit(compiled.module, profile, fmt)
     except CompileError as e:
-        why = "; ".join(f"{d.code} {d.message}" for d in e.diagnostics)
-        if all(d.code == TARGET_GAP for d in e.diagnostics):
-            return "", why
-        return why, ""
+        return "; ".join(f"{d.code} {d.message}" for d in e.diagnostics)
     except LoomError as e:
-        return str(e), ""
-    return ("", "") if art.data else ("empty artifact", "")
+        return str(e)
+    return "" if art.data else "empty artifact"
 
 
 def ulp_distance(t: str, a: float, b: float) -> int:
@@ -595,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     except VulkanUnavailable as e:
         print(f"fuzz_kernels: no Vulkan device: {e}", file=sys.stderr)
         return 3
-    mismatches = gaps = 0
+    mismatches = 0
     with tempfile.TemporaryDirectory(prefix="loom-fuzz-") as tmp:
         for k in range(args.first, args.first + args.count):
             text, approx_types = generate(f"{args.seed}:{k}")
@@ -608,12 +594,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 why = compare(a, b, approx_types)
             for target in args.compile_for:
-                failed, gap = compile_for(path, target)
+                failed = compile_for(path, target)
                 if failed:
                     why = "; ".join(filter(None, [why, f"{target}: {failed}"]))
-                if gap:
-                    gaps += 1
-                    print(f"target gap: seed {args.seed} kernel {k}: {target}: {gap}")
             if why:
                 mismatches += 1
                 print(f"mismatch: seed {args.seed} kernel {k}: {why}")
@@ -622,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                     Path(args.keep, f"fuzz_{args.seed}_{k}.loom").write_text(text)
             elif args.verbose:
                 print(f"ok: kernel {k}")
-    print(f"{args.count} kernels, {mismatches} mismatches, {gaps} target gaps")
+    print(f"{args.count} kernels, {mismatches} mismatches")
     return 1 if mismatches else 0
 
 
