@@ -76,6 +76,18 @@ def test_a_raising_function_is_a_status_not_an_exception(task_path: None) -> Non
     assert result.status == "raised" and "ValueError: bad request" in result.message
 
 
+def test_a_task_that_fails_in_the_coordinator_is_a_status_and_the_slot_serves_on(task_path: None) -> None:
+    """A header that does not encode (a TOML date reached one) used to kill the
+    slot's thread with a traceback and leave the build waiting."""
+    import datetime
+
+    with WorkerPool(1) as pool:
+        bad = pool.submit(Task("pool_tasks:echo", {"when": datetime.date(2026, 12, 1)})).result(timeout=300)
+        after = pool.submit(Task("pool_tasks:echo")).result()
+    assert bad.status == "raised" and bad.message.startswith("internal: TypeError"), bad
+    assert after.status == "ok"
+
+
 def test_cancel_drains_kills_and_leaves_no_process(task_path: None, tmp_path: Path) -> None:
     pool = WorkerPool(2)
     release = tmp_path / "release"

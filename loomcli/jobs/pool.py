@@ -182,7 +182,15 @@ class WorkerPool:
                 task, future = self._queue.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
-            future.set_result(self._run(ordinal, worker, task))
+            try:
+                result = self._run(ordinal, worker, task)
+            except Exception as e:
+                # A bug on the coordinator's side of one task (a request that
+                # does not encode, say): that task fails and is reported, and
+                # the slot keeps serving. Escaping would kill this thread with
+                # a raw traceback and leave the future unresolved forever.
+                result = TaskResult("raised", message=f"internal: {type(e).__name__}: {e}", worker=ordinal)
+            future.set_result(result)
 
     def _run(self, ordinal: int, worker: Worker, task: Task) -> TaskResult:
         slot = self._gate.acquire()
