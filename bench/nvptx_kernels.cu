@@ -28,8 +28,12 @@ extern "C" __global__ __launch_bounds__(256) void sum_f32(unsigned n, const floa
   if (lane == 0) __nvvm_atom_add_gen_f(out, tree[0]);
 }
 
-extern "C" __global__ __launch_bounds__(256) void matmul_f32(unsigned m, unsigned n, unsigned k, const float *a,
-                                                             const float *b, float *c) {
+// The tiled matmul, its element offsets computed in `Offset`: 32-bit `unsigned`
+// (wraps past 2^32 elements) or 64-bit, as Loom's `offset` type computes them
+// (offset_bitwidth 64 on nvptx), which is what samples/matmul.loom does.
+template <typename Offset>
+__attribute__((device, always_inline)) static void matmul(unsigned m, unsigned n, unsigned k, const float *a,
+                                                         const float *b, float *c) {
   __shared__ float ta[16][16];
   __shared__ float tb[16][16];
   unsigned tx = __nvvm_read_ptx_sreg_tid_x(), ty = __nvvm_read_ptx_sreg_tid_y();
@@ -38,33 +42,21 @@ extern "C" __global__ __launch_bounds__(256) void matmul_f32(unsigned m, unsigne
   float sum = 0.0f;
   for (unsigned s = 0; s < (k + 15u) / 16u; ++s) {
     unsigned ak = s * 16u + tx, bk = s * 16u + ty;
-    ta[ty][tx] = row_ok && ak < k ? a[row * k + ak] : 0.0f;
-    tb[ty][tx] = bk < k && col_ok ? b[bk * n + col] : 0.0f;
+    ta[ty][tx] = row_ok && ak < k ? a[(Offset)row * k + ak] : 0.0f;
+    tb[ty][tx] = bk < k && col_ok ? b[(Offset)bk * n + col] : 0.0f;
     __syncthreads();
     for (unsigned j = 0; j < 16; ++j) sum = __builtin_fmaf(ta[ty][j], tb[j][tx], sum);
     __syncthreads();
   }
-  if (row_ok && col_ok) c[row * n + col] = sum;
+  if (row_ok && col_ok) c[(Offset)row * n + col] = sum;
 }
 
-// matmul_f32 with the element offsets in 64 bits, as Loom's `offset` type
-// computes them (offset_bitwidth 64 on nvptx): the same arithmetic as
-// samples/matmul.loom, correct past 2^32 elements, unlike the 32-bit one above.
+extern "C" __global__ __launch_bounds__(256) void matmul_f32(unsigned m, unsigned n, unsigned k, const float *a,
+                                                             const float *b, float *c) {
+  matmul<unsigned>(m, n, k, a, b, c);
+}
+
 extern "C" __global__ __launch_bounds__(256) void matmul_f32_wide(unsigned m, unsigned n, unsigned k, const float *a,
                                                                   const float *b, float *c) {
-  __shared__ float ta[16][16];
-  __shared__ float tb[16][16];
-  unsigned tx = __nvvm_read_ptx_sreg_tid_x(), ty = __nvvm_read_ptx_sreg_tid_y();
-  unsigned col = __nvvm_read_ptx_sreg_ctaid_x() * 16u + tx, row = __nvvm_read_ptx_sreg_ctaid_y() * 16u + ty;
-  bool row_ok = row < m, col_ok = col < n;
-  float sum = 0.0f;
-  for (unsigned s = 0; s < (k + 15u) / 16u; ++s) {
-    unsigned ak = s * 16u + tx, bk = s * 16u + ty;
-    ta[ty][tx] = row_ok && ak < k ? a[(unsigned long long)row * k + ak] : 0.0f;
-    tb[ty][tx] = bk < k && col_ok ? b[(unsigned long long)bk * n + col] : 0.0f;
-    __syncthreads();
-    for (unsigned j = 0; j < 16; ++j) sum = __builtin_fmaf(ta[ty][j], tb[j][tx], sum);
-    __syncthreads();
-  }
-  if (row_ok && col_ok) c[(unsigned long long)row * n + col] = sum;
+  matmul<unsigned long long>(m, n, k, a, b, c);
 }
