@@ -97,7 +97,7 @@ def run_cli(group: click.Group, argv: list[str] | None) -> Any:
     debug = os.environ.get("LOOM_DEBUG") not in (None, "", "0")
     args = list(argv if argv is not None else sys.argv[1:])
     if sys.stdout is None:
-        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+        sys.stdout = _ClosedStdout()
     try:
         rv = group.main(args=argv, prog_name="loom", standalone_mode=False, obj=args)
     except click.exceptions.Exit as e:

@@ -50,7 +50,7 @@ class Backend:
         return FORMATS[self.native_format]
 
     def emit(self, module: Module, profile: Profile, fmt: str) -> Artifact:
-        return _load(self.emitter)(module, profile, fmt)  # type: ignore[no-any-return]
+        return _load(self.emitter)(module, profile, fmt)
 
     def start_worker(self, fmt: str) -> None:
         """Start the worker emitting `fmt` will use, if any (a warm-up: emission starts it anyway)."""

@@ -409,7 +409,7 @@ class Preparer:
                                             v=f"{c} (must be in [0, {limit}])"))
         device = self._device_args(frame, op, nwork, entry.attrs["sig"].args)
         requirement = self.classifier.external(entry)
-        out.append(Dispatch(requirement, tuple(counts), (0, 0, 0),  # type: ignore[arg-type]
+        out.append(Dispatch(requirement, tuple(counts), (0, 0, 0),
                             _arguments(entry.attrs["sig"].args, device)))
         return []
 

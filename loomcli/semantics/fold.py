@@ -95,7 +95,7 @@ def canonical(value: Any, t: Type) -> Any:
     if t is INDEX or t is OFFSET:
         return int(value)
     if is_int(t):
-        return from_pattern(pattern(value, t.bits), t.bits)  # type: ignore[union-attr]
+        return from_pattern(pattern(value, t.bits), t.bits)  # type: ignore[attr-defined]
     if is_float(t):
         return round_float(t, float(value))
     return value
@@ -442,13 +442,13 @@ def _fold_index_cast(op: Operation, args: list[Any], lookup: Lookup | None) -> l
     (x,) = args
     src, dst = op.operand("value").type, _result_type(op)
     if is_int(src):
-        n = src.bits  # type: ignore[union-attr]
+        n = src.bits  # type: ignore[attr-defined]
         u = pattern(x, n)
         if dst is INDEX:
             return [u if n == 1 else signed(u, n)]
         return [in_range(OFFSET, u)]  # zero-extends; an i64 must be >= 0
     if is_int(dst):
-        n = dst.bits  # type: ignore[union-attr]
+        n = dst.bits  # type: ignore[attr-defined]
         return [from_pattern(x & _mask(n), n)]
     return [in_range(dst, x)]  # index <-> offset
 
@@ -557,7 +557,7 @@ _SCALAR_INT: dict[str, Callable[[int, int, int, tuple[str, ...]], int]] = {
 
 def _scalar_int(fn: Callable[[int, int, int, tuple[str, ...]], int]) -> Folder:
     def fold(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-        n = _result_type(op).bits  # type: ignore[union-attr]
+        n = _result_type(op).bits  # type: ignore[attr-defined]
         r = fn(pattern(args[0], n), pattern(args[1], n), n, tuple(op.attrs.get("flags", ())))
         return [from_pattern(r & _mask(n), n)]
     return fold
@@ -569,7 +569,7 @@ for _name, _ifn in _SCALAR_INT.items():
 
 @folder("scalar.cmpi")
 def _fold_cmpi(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n = op.operand("lhs").type.bits  # type: ignore[union-attr]
+    n = op.operand("lhs").type.bits  # type: ignore[attr-defined]
     ua, ub = pattern(args[0], n), pattern(args[1], n)
     return [compare_int(op.attr("predicate"), signed(ua, n), signed(ub, n), ua, ub)]
 
@@ -698,7 +698,7 @@ def _fold_cmpf(op: Operation, args: list[Any], lookup: Lookup | None) -> list[An
 
 
 def _int_bits(t: Type) -> int:
-    return t.bits  # type: ignore[union-attr]
+    return t.bits  # type: ignore[attr-defined]
 
 
 @folder("scalar.sitofp")

@@ -376,10 +376,10 @@ class FunctionLowering:
 
     def constant(self, value: Any, t: Type) -> str:
         if is_vector(t):
-            elem = t.elem  # type: ignore[union-attr]
+            elem = t.elem
             lane = self.constant(value, elem)
             ety = self.ty(elem)
-            n = t.dims[0]  # type: ignore[union-attr]
+            n = t.dims[0]
             if lane in ("0", "false", "0x0000000000000000", "0xH0000"):
                 return "zeroinitializer"
             return "<" + ", ".join([f"{ety} {lane}"] * n) + ">"
@@ -578,13 +578,13 @@ class FunctionLowering:
             return self.resize(v, bits, self.t.index_bits, True)
         if t is OFFSET:
             return self.resize(v, bits, self.t.offset_bits, False)
-        return self.resize(v, bits, t.bits, True)  # type: ignore[union-attr]
+        return self.resize(v, bits, t.bits, True)  # type: ignore[attr-defined]
 
     def param_types(self, t: Type, space: int) -> list[str]:
         if t is BUFFER:
             return [self.ptr_ty(space)]
         if is_view(t):
-            rank = len(t.dims)  # type: ignore[union-attr]
+            rank = len(t.dims)
             return [self.ptr_ty(space)] + [self.off_ty] * rank
         return [self.ty(t)]
 
@@ -608,7 +608,7 @@ class FunctionLowering:
                     self.bind(arg, Ref(ptr, space))
                     continue
                 base = "%" + self.fresh(arg.name + ".base")
-                rank = len(arg.type.dims)  # type: ignore[union-attr]
+                rank = len(arg.type.dims)  # type: ignore[attr-defined]
                 strides = ["%" + self.fresh(f"{arg.name}.stride{k}") for k in range(rank - 1)]
                 params += [f"{self.off_ty} {base}"] + [f"{self.off_ty} {s}" for s in strides]
                 types += [self.off_ty] * rank
@@ -695,7 +695,7 @@ class FunctionLowering:
         if not is_view(t):
             return Ref(ptr, space)
         base = self.phi(self.off_ty, [(v.base, label) for v, label in adjusted], hint + ".base")
-        rank = len(t.dims)  # type: ignore[union-attr]
+        rank = len(t.dims)
         strides = tuple(self.phi(self.off_ty, [(v.strides[k], label) for v, label in adjusted], hint + ".stride")
                         for k in range(rank - 1))
         return Ref(ptr, space, base, (*strides, "1"))
@@ -794,8 +794,8 @@ def _split_args(text: str) -> list[str]:
 HANDLERS: dict[str, Any] = {}
 
 
-def handles(*names: str):  # type: ignore[no-untyped-def]
-    def register(fn):  # type: ignore[no-untyped-def]
+def handles(*names: str):
+    def register(fn):
         for n in names:
             HANDLERS[n] = fn
         return fn
@@ -843,7 +843,7 @@ def _int_bits(fl: FunctionLowering, t: Type) -> int:
         return fl.t.index_bits
     if t is OFFSET:
         return fl.t.offset_bits
-    return t.bits  # type: ignore[union-attr]
+    return t.bits  # type: ignore[attr-defined]
 
 
 @handles("index.cast")
@@ -853,9 +853,9 @@ def _index_cast(fl: FunctionLowering, op: Operation) -> None:
     sb, db = _int_bits(fl, src), _int_bits(fl, dst)
     if src is INDEX and dst is OFFSET:
         r = fl.resize(v, sb, db, signed=False, nneg=True)
-    elif dst is INDEX and src.category == "int":  # type: ignore[union-attr]
+    elif dst is INDEX and src.category == "int":  # type: ignore[attr-defined]
         r = fl.resize(v, sb, db, signed=src is not I1)
-    elif dst is OFFSET and src.category == "int":  # type: ignore[union-attr]
+    elif dst is OFFSET and src.category == "int":  # type: ignore[attr-defined]
         r = fl.resize(v, sb, db, signed=False)
     else:  # index/offset -> integer, offset -> index: truncate (or extend the held bits)
         r = fl.resize(v, sb, db, signed=src is INDEX)
@@ -1292,7 +1292,7 @@ def _call(fl: FunctionLowering, op: Operation) -> None:
             ptr = next(it)
             if is_view(res.type):
                 base = next(it)
-                strides = tuple(next(it) for _ in range(len(res.type.dims) - 1))  # type: ignore[union-attr]
+                strides = tuple(next(it) for _ in range(len(res.type.dims) - 1))
                 fl.bind(res, Ref(ptr, space, base, (*strides, "1")))
             else:
                 fl.bind(res, Ref(ptr, space))
@@ -1359,7 +1359,7 @@ def _buffer_view(fl: FunctionLowering, op: Operation) -> None:
     base = fl.val(op.operand("offset"))
     t = op.result().type
     strides = ["1"]
-    for d in reversed(t.dims[1:]):  # type: ignore[union-attr]
+    for d in reversed(t.dims[1:]):  # type: ignore[attr-defined]
         strides.insert(0, fl.mul64(strides[0], _extent(fl, d)))
     _result(fl, op, Ref(buf.ptr, buf.space, base, tuple(strides), buf.alias))
 
@@ -1386,7 +1386,7 @@ def element_address(fl: FunctionLowering, view: Ref, elem: ScalarType, indices: 
 @handles("view.subview")
 def _subview(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     offset = _element_offset(fl, view, fl.index_operands(op))
     base = fl.add64(view.base, fl.mul64(offset, str(ELEMENT_BYTES[elem])))
     _result(fl, op, replace(view, base=base))
@@ -1427,27 +1427,27 @@ def store_value(fl: FunctionLowering, v: str, ptr: str, space: int, elem: Scalar
 @handles("view.load", "vector.load")
 def _load(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     ptr = element_address(fl, view, elem, fl.index_operands(op))
     t = op.results[0].type
-    lanes = t.dims[0] if is_vector(t) else None  # type: ignore[union-attr]
+    lanes = t.dims[0] if is_vector(t) else None
     _result(fl, op, load_value(fl, ptr, view.space, elem, lanes, _hint(op), view.alias))
 
 
 @handles("view.store", "vector.store")
 def _store(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     ptr = element_address(fl, view, elem, fl.index_operands(op))
     t = op.operand("value").type
-    lanes = t.dims[0] if is_vector(t) else None  # type: ignore[union-attr]
+    lanes = t.dims[0] if is_vector(t) else None
     store_value(fl, fl.val(op.operand("value")), ptr, view.space, elem, lanes, view.alias)
 
 
 @handles("view.atomic.rmw")
 def _atomic(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     ptr = element_address(fl, view, elem, fl.index_operands(op))
     d = op.attr("dict")
     scope = str(d["scope"])
@@ -1477,9 +1477,9 @@ def _atomic(fl: FunctionLowering, op: Operation) -> None:
 def _splat(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     vty = fl.ty(t)
-    ety = fl.ty(t.elem)  # type: ignore[union-attr]
+    ety = fl.ty(t.elem)  # type: ignore[attr-defined]
     one = fl.inst(f"insertelement {vty} poison, {ety} {fl.val(op.operand('value'))}, i64 0")
-    n = t.dims[0]  # type: ignore[union-attr]
+    n = t.dims[0]  # type: ignore[attr-defined]
     _result(fl, op, fl.inst(f"shufflevector {vty} {one}, {vty} poison, <{n} x i32> zeroinitializer", _hint(op)))
 
 
@@ -1496,7 +1496,7 @@ def _insert(fl: FunctionLowering, op: Operation) -> None:
     t = op.operand("vector").type
     (k,) = fl.index_operands(op)
     kty = "i64" if _digits(k) else fl.index_ty
-    ety = fl.ty(t.elem)  # type: ignore[union-attr]
+    ety = fl.ty(t.elem)  # type: ignore[attr-defined]
     text = f"insertelement {fl.ty(t)} {fl.val(op.operand('vector'))}, {ety} {fl.val(op.operand('value'))}, {kty} {k}"
     _result(fl, op, fl.inst(text, _hint(op)))
 
@@ -1516,9 +1516,9 @@ def combine(fl: FunctionLowering, kind: str, t: Type, a: str, b: str) -> str:
 @handles("vector.reduce")
 def _vector_reduce(fl: FunctionLowering, op: Operation) -> None:
     t = op.operand("vector").type
-    elem = t.elem  # type: ignore[union-attr]
+    elem = t.elem  # type: ignore[attr-defined]
     v = fl.val(op.operand("vector"))
-    lanes = [fl.inst(f"extractelement {fl.ty(t)} {v}, i64 {k}") for k in range(t.dims[0])]  # type: ignore[union-attr]
+    lanes = [fl.inst(f"extractelement {fl.ty(t)} {v}, i64 {k}") for k in range(t.dims[0])]  # type: ignore[attr-defined]
     while len(lanes) > 1:  # every kind may associate (LANGUAGE.md 7.5): a balanced tree
         lanes = [combine(fl, op.attr("kind"), elem, lanes[k], lanes[k + 1]) if k + 1 < len(lanes) else lanes[k]
                  for k in range(0, len(lanes), 2)]

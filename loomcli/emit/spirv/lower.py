@@ -161,7 +161,7 @@ class Lowerer(Builder):
         """SPIR-V types of the components of a value of type `t`."""
         if isinstance(t, ShapedType):
             if is_vector(t):
-                return [self.vtype(t.elem)] * t.dims[0]  # type: ignore[list-item]
+                return [self.vtype(t.elem)] * t.dims[0]  # type: ignore[operator]
             return ([self.u32_t] if len(roots) > 1 else []) + [self.u32_t] * len(t.dims)
         if t is BUFFER:
             return [self.u32_t] if len(roots) > 1 else []
@@ -612,18 +612,18 @@ def _index_cast(lo: Lowerer, op: Operation) -> None:
     elif dst in (INDEX, OFFSET):  # integer -> index (sign-extend) / offset (zero-extend)
         if src is I1:
             r = lo.select(x, lo.u32(1), lo.u32(0))
-        elif src.bits == 32:  # type: ignore[union-attr]
+        elif src.bits == 32:  # type: ignore[attr-defined]
             r = x
         else:
-            wider = src.bits < 32 and dst is INDEX  # type: ignore[union-attr]
+            wider = src.bits < 32 and dst is INDEX  # type: ignore[attr-defined]
             r = lo.val(Op.SConvert if wider else Op.UConvert, lo.u32_t, x)
     else:  # index/offset -> integer: truncate, or extend by the source's signedness
         if dst is I1:
             r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, lo.u32(1)), lo.u32(0))
-        elif dst.bits == 32:  # type: ignore[union-attr]
+        elif dst.bits == 32:  # type: ignore[attr-defined]
             r = x
         else:
-            extend = dst.bits > 32 and src is INDEX  # type: ignore[union-attr]
+            extend = dst.bits > 32 and src is INDEX  # type: ignore[attr-defined]
             r = lo.val(Op.SConvert if extend else Op.UConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
     lo.env[op.results[0]] = r
 
@@ -734,7 +734,7 @@ def _fptrunc(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     src, dst = op.operand("value").type, op.result().type
     if dst is BF16:
-        if src.bits == 64:  # type: ignore[union-attr]
+        if src.bits == 64:  # type: ignore[attr-defined]
             x = _f64_to_f32_odd(lo, x)
         r = fm.round_bf16(lo, x)
     else:
@@ -763,12 +763,12 @@ def _int_cast(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     src, dst = op.operand("value").type, op.result().type
     if src is I1:
-        ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1  # type: ignore[union-attr]
+        ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1  # type: ignore[attr-defined]
         lo.vtype(dst)  # type: ignore[arg-type]
-        r = lo.select(x, lo.m.uint(dst.bits, ones), lo.m.uint(dst.bits, 0))  # type: ignore[union-attr]
+        r = lo.select(x, lo.m.uint(dst.bits, ones), lo.m.uint(dst.bits, 0))  # type: ignore[attr-defined]
     elif dst is I1:
-        one = lo.m.uint(src.bits, 1)  # type: ignore[union-attr]
-        r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, one), lo.m.uint(src.bits, 0))  # type: ignore[union-attr]
+        one = lo.m.uint(src.bits, 1)  # type: ignore[attr-defined]
+        r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, one), lo.m.uint(src.bits, 0))  # type: ignore[attr-defined]
     else:
         r = lo.val(Op.SConvert if op.name == "scalar.extsi" else Op.UConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
     lo.env[op.results[0]] = r
@@ -953,7 +953,7 @@ def _pack(lo: Lowerer, op: Operation) -> None:
 @lowers("view.load")
 def _view_load(lo: Lowerer, op: Operation) -> None:
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.load(root, elem, e)])
     lo.env[op.results[0]] = r
@@ -963,7 +963,7 @@ def _view_load(lo: Lowerer, op: Operation) -> None:
 def _view_store(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     e = lo.element(view, lo.indices(op))
     lo.on_roots(view.roots, view.sel, lambda root: lo.store(root, elem, e, x) or [])
 
@@ -972,7 +972,7 @@ def _view_store(lo: Lowerer, op: Operation) -> None:
 def _atomic(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.atomic(op, root, elem, e, x)])
     lo.env[op.results[0]] = r
@@ -997,8 +997,8 @@ def _splat(lo: Lowerer, op: Operation) -> None:
 @lowers("vector.load")
 def _vector_load(lo: Lowerer, op: Operation) -> None:
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
-    n = op.results[0].type.dims[0]  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
+    n = op.results[0].type.dims[0]  # type: ignore[attr-defined]
     e = lo.element(view, lo.indices(op))
     lanes = lo.on_roots(view.roots, view.sel,
                         lambda root: [lo.load(root, elem, lo.iadd(e, lo.u32(k))) for k in range(n)])
@@ -1009,7 +1009,7 @@ def _vector_load(lo: Lowerer, op: Operation) -> None:
 def _vector_store(lo: Lowerer, op: Operation) -> None:
     lanes = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[union-attr]
+    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     e = lo.element(view, lo.indices(op))
 
     def emit(root: Root) -> list[int]:
@@ -1059,7 +1059,7 @@ def _vector_reduce(lo: Lowerer, op: Operation) -> None:
 @lowers("vector.fmaf", "vector.addf", "vector.mulf", "vector.addi", "vector.muli")
 def _vector_arith(lo: Lowerer, op: Operation) -> None:
     args = lo.operands(op)
-    t = op.results[0].type.elem  # type: ignore[union-attr]
+    t = op.results[0].type.elem  # type: ignore[attr-defined]
     name = op.name[7:]
     flags = op.attrs.get("flags", ())
     out = []

@@ -172,11 +172,11 @@ class RootAnalysis:
 
     def _load(self, op: Operation, env: dict[Value, Roots]) -> None:
         view = op.operand("view")
-        self._access(view, view.type.elem, False, env)  # type: ignore[union-attr]
+        self._access(view, view.type.elem, False, env)  # type: ignore[attr-defined]
 
     def _store(self, op: Operation, env: dict[Value, Roots]) -> None:
         view = op.operand("view")
-        self._access(view, view.type.elem, op.name == "view.atomic.rmw", env)  # type: ignore[union-attr]
+        self._access(view, view.type.elem, op.name == "view.atomic.rmw", env)  # type: ignore[attr-defined]
 
     @staticmethod
     def _join(values: list[Value], targets: list[Value], env: dict[Value, Roots]) -> bool:
