@@ -67,7 +67,7 @@ class _ClassSelector(Selector):
         """Copy `callee` into the request with the decisions its body takes at
         this site; an identical copy is shared. Returns the copy's symbol."""
         from loomcli.ir.clone import clone_op
-        from loomcli.ir.ops import F_ANY, F_DEV, F_HOST
+        from loomcli.ir.ops import function_context
         from loomcli.passes.facts import Facts
 
         copy = clone_op(callee, comments=False) if self.request is not None else callee
@@ -79,7 +79,7 @@ class _ClassSelector(Selector):
                 facts.constants[a] = constants[k]
         for p in copy.attrs["sig"].where or []:
             facts.add(p)
-        ctx = {"device": F_DEV, "host": F_HOST}.get(copy.attrs.get("convention"), F_ANY)
+        ctx = function_context(copy.attrs.get("convention"))
         sym = callee.attrs["sym"]
         first = len(self.decisions)
         saved, self._prefix = self._prefix, prefix

@@ -22,7 +22,7 @@ from loomcli.ir.attrs import Pred
 from loomcli.ir.clone import remap_attr, remap_type
 from loomcli.ir.core import BlockArgument, Loc, Module, Operation, Region, Value
 from loomcli.ir.format import Dict, Kind
-from loomcli.ir.ops import F_ANY, F_DEV, F_HOST, OPS
+from loomcli.ir.ops import OPS, function_context
 from loomcli.ir.types import ShapedType, Type
 
 _NUMERIC = re.compile(r"[0-9]+\Z")
@@ -183,7 +183,7 @@ def context_of(region: Region) -> str | None:
         owner = region.owner
         spec = owner.opdef.regions[owner.regions.index(region)]
         if spec.context == "convention":
-            return {"device": F_DEV, "host": F_HOST}.get(owner.attrs.get("convention"), F_ANY)
+            return function_context(owner.attrs.get("convention"))
         if spec.context is not None:
             return spec.context
         if owner.parent is None:

@@ -63,6 +63,24 @@ BODY = frozenset({K_BODY})
 FUNCS = frozenset({F_DEV, F_HOST, F_ANY})
 LAUNCHERS = frozenset({PROGRAM, CASE})
 TOP = frozenset({MODULE})
+DEVICE_SITES = frozenset({K_BODY, F_DEV})
+HOST_SITES = frozenset({K_CFG, PROGRAM, CASE, F_HOST})
+
+
+def function_context(convention: str | None) -> str:
+    """The context of a function or template body with this `convention` (section 3)."""
+    return {"device": F_DEV, "host": F_HOST}.get(convention or "", F_ANY)
+
+
+def may_call(ctx: str | None, convention: str | None) -> bool:
+    """May a site in context `ctx` call (or select) a callee with this
+    `convention`? `device` callees only from device sites, `host` ones only
+    from host sites, unannotated ones from anywhere (sections 3 and 17.17)."""
+    if convention == "device":
+        return ctx in DEVICE_SITES
+    if convention == "host":
+        return ctx in HOST_SITES
+    return True
 
 # Traits.
 PURE = "pure"                # no side effects; may fold

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from loomcli.ir.builder import context_of, legalize_names, top_level_op
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import CASE, F_DEV, F_HOST, K_BODY, K_CFG, PROGRAM
+from loomcli.ir.ops import K_CFG, PROGRAM, may_call
 from loomcli.passes.canonicalize import constant_fits_uses
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
@@ -41,16 +41,6 @@ def wants_inline(op: Operation, callee: Operation | None) -> bool:
     return "inline" in marks and "noinline" not in marks
 
 
-def _eligible(ctx: str | None, callee: Operation) -> bool:
-    """May a site in `ctx` call `callee` (LANGUAGE.md sections 3 and 17.17)?"""
-    conv = callee.attrs.get("convention")
-    if ctx in (K_BODY, F_DEV):
-        return conv != "host"
-    if ctx in (K_CFG, PROGRAM, CASE, F_HOST):
-        return conv != "device"
-    return conv is None
-
-
 def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]) -> bool:
     if callee.opdef.name not in _BODIES or callee is top_level_op(call) or call.parent is None:
         return False
@@ -70,7 +60,7 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
                 return False
             if name in ("func.call", "template.call"):
                 target = symbols.get(op.attrs.get("callee", ""))
-                if target is None or not _eligible(site, target):
+                if target is None or not may_call(site, target.attrs.get("convention")):
                     return False
                 if name == "func.call" and site in (K_CFG, PROGRAM) and not target.attrs.get("pure"):
                     return False

@@ -22,12 +22,9 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import substitute
 from loomcli.ir.core import Module, Operation, Region, Signature, Value
-from loomcli.ir.ops import CASE, F_ANY, F_DEV, F_HOST, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL
+from loomcli.ir.ops import CASE, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL, function_context, may_call
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
-
-HOST_SITES = (K_CFG, PROGRAM, CASE, F_HOST)
-DEVICE_SITES = (K_BODY, F_DEV)
 
 # Symbols whose bodies selection walks.
 _SELECTED_IN = ("kernel.def", "func.def", "template.def", "command.program.def", "check.case")
@@ -130,7 +127,7 @@ class Selector:
             regions = [(op.region("config"), K_CFG, op.signature("sig")),
                        (op.region("body"), K_BODY, op.signature("launch"))]
         elif op.name in ("func.def", "template.def"):
-            ctx = {"device": F_DEV, "host": F_HOST}.get(op.attr("convention", None), F_ANY)
+            ctx = function_context(op.attr("convention", None))
             regions = [(op.region("body"), ctx, op.signature("sig"))]
         elif op.name == "command.program.def":
             regions = [(op.region("body"), PROGRAM, op.signature("launch"))]
@@ -280,7 +277,7 @@ class Selector:
         name = provider.attr("sym")
         c = Candidate(name, provider.attr("priority", 0), PROVEN)
         conv = provider.attr("convention", None)
-        if (conv == "device" and ctx not in DEVICE_SITES) or (conv == "host" and ctx not in HOST_SITES):
+        if not may_call(ctx, conv):
             c.status, c.why = REFUTED, f"{conv} provider at a {ctx} site"
             return c
         statuses: list[tuple[str, str]] = []

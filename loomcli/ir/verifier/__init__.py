@@ -20,7 +20,7 @@ from __future__ import annotations
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import literal_text
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import F_ANY, F_DEV, F_HOST, MODULE, TERMINATOR
+from loomcli.ir.ops import MODULE, TERMINATOR, function_context
 from loomcli.ir.verifier.convergence import ConvergenceChecks
 from loomcli.ir.verifier.purity import PurityChecks
 from loomcli.ir.verifier.structure import StructureRules
@@ -61,7 +61,7 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             spec = opdef.regions[index]
             inner = spec.context or context
             if inner == "convention":
-                inner = {"device": F_DEV, "host": F_HOST}.get(op.attrs.get("convention"), F_ANY)
+                inner = function_context(op.attrs.get("convention"))
             self.check_region_end(op, region, spec.terminator)
             for inner_op in region.ops:
                 self.visit(inner_op, inner)

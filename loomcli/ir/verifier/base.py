@@ -13,14 +13,9 @@ from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import Pred, literal_text
 from loomcli.ir.core import Loc, Module, Operation, OpResult, Value
 from loomcli.ir.ops import (
-    CASE,
-    F_ANY,
-    F_DEV,
-    F_HOST,
-    K_BODY,
-    K_CFG,
-    PROGRAM,
     PURE,
+    function_context,
+    may_call,
 )
 from loomcli.ir.types import (
     ERROR,
@@ -172,7 +167,7 @@ class VerifierBase:
             index = owner.regions.index(node.parent)
             ctx = owner.opdef.regions[index].context
             if ctx == "convention":
-                return {"device": F_DEV, "host": F_HOST}.get(owner.attrs.get("convention"), F_ANY)
+                return function_context(owner.attrs.get("convention"))
             if ctx is not None:
                 return ctx
             node = owner
@@ -220,9 +215,4 @@ class VerifierBase:
     @staticmethod
     def _eligible(ctx: str | None, callee: Operation) -> bool:
         """May a site in context `ctx` call (or select) `callee` (sections 3 and 17.17)?"""
-        conv = callee.attrs.get("convention")
-        if ctx in (K_BODY, F_DEV):
-            return conv != "host"
-        if ctx in (K_CFG, PROGRAM, CASE, F_HOST):
-            return conv != "device"
-        return conv is None
+        return may_call(ctx, callee.attrs.get("convention"))
