@@ -25,9 +25,9 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loomcli.build.project import CommandSet, KernelSet, Project, library_closure
 from loomcli.diagnostics import Diagnostic
@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
     from loomcli.jobs.compile import CompileOutcome
     from loomcli.jobs.pool import TaskEvent
     from loomcli.jobs.tasks import TaskResult
+
+_Entry = TypeVar("_Entry", "Item", "CommandItem")  # what the build state tracks
 
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 3
@@ -148,18 +150,18 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     totals = {t: sum(1 for i in [*items, *commands] if i.target == t) for t in targets}
     progress.plan(targets, totals)
     book = _Bookkeeping(out_dir, recorded, sources, [*items, *commands])
-    todo: list[Item] = []
-    for item in items:
-        if _up_to_date(item, state):
-            _done(report, progress, item, "up-to-date")
-        else:
-            todo.append(item)
-    commands_todo: list[CommandItem] = []
-    for command in commands:
-        if _up_to_date(command, state):
-            _done(report, progress, command, "up-to-date")
-        else:
-            commands_todo.append(command)
+    def stale(entries: Sequence[_Entry]) -> list[_Entry]:
+        """The entries to build; the others are reported up to date."""
+        out = []
+        for entry in entries:
+            if _up_to_date(entry, state):
+                _done(report, progress, entry, "up-to-date")
+            else:
+                out.append(entry)
+        return out
+
+    todo = stale(items)
+    commands_todo = stale(commands)
     # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
     rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
     new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding}
