@@ -15,6 +15,7 @@ from typing import Any
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Value
+from loomcli.semantics.fold import predicate_holds
 
 PROVEN, REFUTED, UNKNOWN = "proven", "refuted", "unknown"
 NEG_INF, POS_INF = -(1 << 200), 1 << 200
@@ -111,7 +112,7 @@ class Facts:
         rest = [self.constant(a) if isinstance(a, Value) and self.constant(a) is not None else a for a in raw[1:]]
         name = pred.name
         if cv is not None and all(not isinstance(a, Value) for a in rest):
-            return PROVEN if evaluate(name, cv, rest) else REFUTED
+            return PROVEN if predicate_holds(name, [cv, *rest]) else REFUTED
         if any(isinstance(a, Value) for a in rest):
             if cv is not None or name not in _SWAP:
                 return UNKNOWN
@@ -154,22 +155,6 @@ class Facts:
         if kind == "ne":
             return ("lt", x, y) in rels or ("lt", y, x) in rels
         return False
-
-
-def evaluate(name: str, v: Any, args: list[Any]) -> bool:
-    """A predicate on constants (LANGUAGE.md section 6)."""
-    if name == "range":
-        return args[0] <= v <= args[1]
-    if name == "mul":
-        return args[0] > 0 and v % args[0] == 0
-    if name == "pow2":
-        return v >= 1 and v & (v - 1) == 0
-    if name == "min":
-        return v >= args[0]
-    if name == "max":
-        return v <= args[0]
-    w = args[0]
-    return {"eq": v == w, "ne": v != w, "lt": v < w, "le": v <= w, "gt": v > w, "ge": v >= w}[name]
 
 
 def _literal_set(name: str, args: list[Any]) -> tuple[int, int] | None:
