@@ -320,10 +320,15 @@ class Preparer:
         out.append(make_group(op.name.removeprefix("command."), children))
         return []
 
-    def _program_launch(self, op: Operation, frame: _Frame, out: list[Node]) -> list[Any]:
+    def _callee(self, frame: _Frame, op: Operation, kind: str) -> Operation:
+        """The `kind` op `op` names as its callee (LINK/001 when there is none)."""
         callee = self.symbols.get(op.attrs["callee"])
-        if callee is None or callee.name != "command.program.def":
+        if callee is None or callee.name != kind:
             raise _Stop(Diagnostic.make("LINK/001", frame.file, op.loc_of("callee"), s=op.attrs["callee"]))
+        return callee
+
+    def _program_launch(self, op: Operation, frame: _Frame, out: list[Node]) -> list[Any]:
+        callee = self._callee(frame, op, "command.program.def")
         nwork = op.attrs.get("nworkload", 0)
         args = [self.need(frame, op, i) for i in range(nwork)]
         args += [self._value(frame, v) for v in op.operands[nwork:]]
@@ -367,9 +372,7 @@ class Preparer:
         from loomcli.launch.program import ContractViolation, evaluate_contract
 
         self._count(frame, op)
-        kernel = self.symbols.get(op.attrs["callee"])
-        if kernel is None or kernel.name != "kernel.def":
-            raise _Stop(Diagnostic.make("LINK/001", frame.file, op.loc_of("callee"), s=op.attrs["callee"]))
+        kernel = self._callee(frame, op, "kernel.def")
         nwork = op.attrs.get("nworkload", 0)
         workload = tuple(self.need(frame, op, i) for i in range(nwork))
         device = self._device_args(frame, op, nwork, kernel.attrs["launch"].args)
@@ -395,9 +398,7 @@ class Preparer:
 
     def _dispatch(self, op: Operation, frame: _Frame, out: list[Node]) -> list[Any]:
         self._count(frame, op)
-        entry = self.symbols.get(op.attrs["callee"])
-        if entry is None or entry.name != "kernel.entry.decl":
-            raise _Stop(Diagnostic.make("LINK/001", frame.file, op.loc_of("callee"), s=op.attrs["callee"]))
+        entry = self._callee(frame, op, "kernel.entry.decl")
         nwork = op.attrs.get("nworkload", 0)
         counts = [self.need(frame, op, i) for i in range(nwork)] + [1] * (3 - nwork)
         limits = self.profile or UNTARGETED
