@@ -37,17 +37,23 @@ def check_targets(module: Module, profile: Profile) -> None:
 def legalize(module: Module, profile: Profile) -> Module:
     """`module` with the profile's legalization passes run, on a clone (the
     compiled module stays as it was: other formats and the launch config
-    read it too). Without such passes, `module` itself."""
+    read it too). When no pass has work, `module` itself: most kernels have
+    no reduction or transcendental function, and cloning a large module
+    costs more than the passes' look."""
     if not profile.legalize:
         return module
     from loomcli.ir.clone import clone_op
     from loomcli.passes.pipeline import parse_pipeline
     from loomcli.passes.registry import PassContext
 
+    pipeline = parse_pipeline(",".join(profile.legalize))
+    ctx = PassContext(target=profile)
+    if not any(p.applies(module, ctx) for p in pipeline.passes):
+        return module
     lowered = Module(module.path)
     for op in module.ops:
         lowered.body.append(clone_op(op))
-    parse_pipeline(",".join(profile.legalize)).run(lowered, PassContext(target=profile))
+    pipeline.run(lowered, ctx)
     return lowered
 
 

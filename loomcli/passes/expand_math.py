@@ -48,6 +48,11 @@ class ExpandMath(ModulePass):
     name = "expand-math"
     summary = "expand exp, log, sin, cos, tanh, pow the target lacks into Loom scalar ops (private functions)"
 
+    def applies(self, module: Module, ctx: PassContext) -> bool:
+        native = ctx.target.native_math if ctx.target is not None else frozenset()
+        return any(op.name in TRANSCENDENTAL and (TRANSCENDENTAL[op.name], op.results[0].type.name) not in native
+                   for top in module.ops for op in top.walk())
+
     def run(self, module: Module, ctx: PassContext) -> None:
         profile = ctx.target
         native = profile.native_math if profile is not None else frozenset()

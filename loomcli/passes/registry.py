@@ -80,6 +80,12 @@ class ModulePass:
     def run(self, module: Module, ctx: PassContext) -> None:
         raise NotImplementedError
 
+    def applies(self, module: Module, ctx: PassContext) -> bool:
+        """Whether `run` would change `module`. False lets a caller skip the
+        pass, and the copy of the module made for it (emission legalizes a
+        clone only when some pass has work). Default: assume it would."""
+        return True
+
     @classmethod
     def options(cls) -> list[PassOption]:
         out = []
