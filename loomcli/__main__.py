@@ -1,3 +1,3 @@
-from loomcli.cli import main
+from loomcli.entry import main
 
 main()

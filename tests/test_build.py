@@ -72,9 +72,10 @@ def run(*argv: str) -> int:
 
 
 def outputs(out: Path) -> dict[str, bytes]:
-    """Every file a build wrote, but its bookkeeping (`.loom-build.json` records mtimes)."""
+    """Every file a build wrote, but its bookkeeping (`.loom-build.json` and
+    `.loom-build.noop` record mtimes)."""
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name != ".loom-build.json"}
+            if p.is_file() and not p.name.startswith(".loom-build.")}
 
 
 def trace_events(path: Path) -> list[dict]:

@@ -47,6 +47,7 @@ LAYERS = (
     "driver",       # click glue: options, diagnostics printing, exit codes
     "commands",     # one module per command
     "cli",          # the lazy command registry
+    "entry",        # the executable's entry point: the no-op build check, else cli
     "__main__",
 )
 RANK = {name: i for i, name in enumerate(LAYERS)}

@@ -149,22 +149,27 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     report.counts = {t: {} for t in targets}
     totals = {t: sum(1 for i in [*items, *commands] if i.target == t) for t in targets}
     progress.plan(targets, totals)
-    book = _Bookkeeping(out_dir, recorded, sources, [*items, *commands])
+    book = _Bookkeeping(out_dir, recorded, sources, [*items, *commands], project, options, len(targets))
+    current: dict[str, Any] = {}  # up-to-date entries whose outputs' stat data changed
+
     def stale(entries: Sequence[_Entry]) -> list[_Entry]:
         """The entries to build; the others are reported up to date."""
         out = []
         for entry in entries:
-            if _up_to_date(entry, state):
-                _done(report, progress, entry, "up-to-date")
-            else:
+            verified = _up_to_date(entry, state)
+            if verified is None:
                 out.append(entry)
+                continue
+            if verified is not state[_state_name(entry)]:
+                current[_state_name(entry)] = verified
+            _done(report, progress, entry, "up-to-date")
         return out
 
     todo = stale(items)
     commands_todo = stale(commands)
     # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
     rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
-    new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding}
+    new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding} | current
     if not todo and not commands_todo:
         if options.trace is not None:
             from loomcli.jobs.session import write_trace
@@ -480,14 +485,16 @@ class _SourceReader:
         self.stamps: dict[str, list[Any]] = {}   # rel -> [sha256, *stamp] to record for the next build
         self.digests: dict[str, str] = {}
         self.compiler_record: list[str] | None = None
+        self.code_stamps: list[tuple[str, list[int]]] | None = None   # loom's code, as the key saw it
 
     def compiler(self) -> tuple[str, str]:
         """(loom's code fingerprint, LLVM's version), from the recorded
         fingerprint while the code files' stat stamps are unchanged."""
-        from loomcli.jobs.fingerprint import compiler_fingerprint, compiler_stamp, llvm_version
+        from loomcli.jobs.fingerprint import code_stamps, compiler_fingerprint, compiler_stamp, llvm_version
 
         if "compiler" not in self.digests:
-            stamp = compiler_stamp()
+            self.code_stamps = code_stamps()
+            stamp = compiler_stamp(self.code_stamps)
             known = self.recorded.get("compiler")
             if stamp is not None and isinstance(known, list) and len(known) == 2 and known[0] == stamp:
                 fingerprint = str(known[1])
@@ -665,17 +672,21 @@ def _load_state(out_dir: str) -> dict[str, Any]:
     return {}
 
 
-def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> bool:
-    """The state records this key and every output is still what was written:
-    the same size and mtime (as make and ninja trust), else the same sha256."""
+def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> dict[str, Any] | None:
+    """The item's state entry if the state records this key and every output
+    is still what was written: the same size and mtime (as make and ninja
+    trust), else the same sha256. An output vouched for by its sha256 gets
+    its new size and mtime in a new entry, so the next build trusts its stat
+    data again (as ninja's restat). None: the item must be built."""
     entry = state.get(_state_name(item))
     if not isinstance(entry, dict) or entry.get("key") != item.key:
-        return False
+        return None
     files = entry.get("files")
     if not isinstance(files, dict) or not files:
-        return False
+        return None
     if isinstance(item, Item) and set(files) != set(item.files().values()):
-        return False
+        return None
+    restat: dict[str, list[Any]] = {}
     for name, recorded in files.items():
         path = os.path.join(item.folder, name)
         try:
@@ -685,20 +696,25 @@ def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> bool:
                 continue
             with open(path, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != digest:
-                    return False
+                    return None
+            restat[name] = [digest, st.st_size, st.st_mtime_ns]
         except (OSError, ValueError, TypeError):
-            return False
-    return True
+            return None
+    return {**entry, "files": {**files, **restat}} if restat else entry
 
 
 @dataclass
 class _Bookkeeping:
-    """What `_finish` needs to write the state file: where, what it held, and this build's inputs."""
+    """What `_finish` needs to write the state file and the no-op record:
+    where, what it held, this build's inputs and its selection."""
 
     out_dir: str
     recorded: dict[str, Any]
     sources: _SourceReader
     items: list[Item | CommandItem]
+    project: Project
+    options: BuildOptions
+    target_count: int
 
 
 def _finish(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> None:
@@ -709,8 +725,59 @@ def _finish(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> N
         if doc != book.recorded:
             os.makedirs(out_dir, exist_ok=True)
             atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, indent=1) + "\n").encode())
+    _write_noop_record(book, _noop_record(report, book, state))
     report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}" for i in book.items
                             if _state_name(i) in state for f in state[_state_name(i)]["files"])
+
+
+def _write_noop_record(book: _Bookkeeping, data: bytes | None) -> None:
+    """Write `out-dir/.loom-build.noop` when its bytes change; remove it when there is none."""
+    from loomcli.build.noop import NOOP_FILE
+
+    path = os.path.join(book.out_dir, NOOP_FILE)
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return
+    except FileNotFoundError:
+        if data is None:
+            return
+    if data is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    else:
+        atomic_write(path, data)
+
+
+def _noop_record(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> bytes | None:
+    """The stamps that let the same command, run again, see without parsing
+    anything that it would do nothing (loomcli.build.noop). Only a build
+    that ended with every item built and every stamp old enough to be
+    trusted has them."""
+    from loomcli import __version__
+    from loomcli.build import noop
+    from loomcli.jobs.fingerprint import llvm_version_stamp
+
+    project, sources = book.project, book.sources
+    llvm = llvm_version_stamp()
+    folders = [(folder, stamp) for folder, stamp in project.folder_stamps if stamp is not None]
+    if (report.failures or not book.items or any(_state_name(i) not in state for i in book.items)
+            or set(sources.file_digests) != set(sources.stamps) or len(folders) != len(project.folder_stamps)
+            or sources.code_stamps is None or llvm is None or project.file_stamp is None):
+        return None
+    stamps = [(project.file_path, project.file_stamp), *folders,
+              *((project.path(rel), recorded[1:]) for rel, recorded in sorted(sources.stamps.items())),
+              *sources.code_stamps, llvm]
+    state_file = os.path.join(book.out_dir, STATE_FILE)
+    st = os.stat(state_file)
+    outputs = [(state_file, st.st_size, st.st_mtime_ns)]
+    for item in book.items:
+        for name, (_, size, mtime) in sorted(state[_state_name(item)]["files"].items()):
+            outputs.append((os.path.join(item.folder, name), size, mtime))
+    selection = noop.Selection(project.file_path, project.root, book.out_dir, book.options.out_dir is not None,
+                               book.options.targets)
+    summary = noop.Summary(project.name, project.version, len(book.items), book.target_count)
+    return noop.encode(selection, summary, __version__, llvm[0], stamps, outputs)
 
 
 def _clean_strays(out_dir: str) -> None:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -75,9 +76,14 @@ class _Tally:
         c: Counter[str] = Counter()
         for counts in self.counts.values():
             c.update(counts)
-        return (f"{self.total()} items for {len(self.targets)} target{'s' if len(self.targets) != 1 else ''}: "
-                f"{c['compiled']} compiled, {c['cached']} cached, {c['up-to-date']} up to date, "
-                f"{c['failed']} failed in {time.monotonic() - self.start:.2f}s")
+        return summary_line(self.total(), len(self.targets), c, time.monotonic() - self.start)
+
+
+def summary_line(items: int, targets: int, counts: Mapping[str, int], elapsed: float) -> str:
+    """The build's last line after its headline (also printed by loomcli.build.noop)."""
+    return (f"{items} items for {targets} target{'s' if targets != 1 else ''}: "
+            f"{counts.get('compiled', 0)} compiled, {counts.get('cached', 0)} cached, "
+            f"{counts.get('up-to-date', 0)} up to date, {counts.get('failed', 0)} failed in {elapsed:.2f}s")
 
 
 class NoProgress(_Tally):

@@ -14,11 +14,13 @@ import glob
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.errors import LoomError
 from loomcli.files import finite_float
+from loomcli.jobs.fingerprint import stat_stamp
 
 try:
     import tomllib
@@ -65,6 +67,13 @@ class Project:
     kernels: tuple[KernelSet, ...] = ()
     commands: tuple[CommandSet, ...] = ()
     package_format: str = "tar.gz"
+    # What a no-op check (loomcli.build.noop) must find unchanged for this
+    # reading to still hold: the project file's path and stat stamp, and the
+    # stamps of the folders the `srcs` globs listed, taken before reading.
+    # A stamp is None when it was too recent to be trusted.
+    file_path: str = ""
+    file_stamp: list[int] | None = None
+    folder_stamps: tuple[tuple[str, list[int] | None], ...] = ()
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/"))
@@ -139,6 +148,8 @@ class _Reader:
         self.real_folders: dict[str, str] = {}   # folder -> its realpath (see real_folder)
         self.file = file
         self.at = _Locator(text)
+        self.now_ns = time.time_ns()
+        self.folder_stamps: dict[str, list[int] | None] = {}  # absolute folder -> stat stamp
 
     def fail(self, line: int, where: str, message: str) -> LoomError:
         return LoomError(f"{self.file}:{line}: {where}: {message}", 1)
@@ -206,6 +217,7 @@ class _Reader:
         prefix = os.path.join(self.root, "")
         for pattern in patterns:
             rel = self.inside(pattern, line, shown, "srcs")
+            self.stamp_listed_folders(rel)
             matches = sorted(glob.glob(os.path.join(self.root, *rel.split("/")), recursive=True))
             matches = [m for m in matches if self.regular_file_inside(m, line, shown, pattern)]
             if not matches:
@@ -213,6 +225,47 @@ class _Reader:
             for m in matches:
                 found.setdefault(m[len(prefix):].replace(os.sep, "/"), None)
         return tuple(found)
+
+    def stamp_listed_folders(self, rel: str) -> None:
+        """Stamp every folder whose listing the glob of `rel` may read, before
+        it is read: a file added to or removed from one changes its stamp.
+        `dir/*.loom` lists `dir`; a pattern with a wildcard in a folder part
+        or `**` may list any folder below its literal prefix (hidden ones
+        too when a wildcard part starts with `.`)."""
+        parts = rel.split("/")
+        first = next((i for i, p in enumerate(parts) if glob.has_magic(p)), None)
+        if first is None:
+            return  # a literal path lists no folder
+        top = os.path.join(self.root, *parts[:first])
+        if first == len(parts) - 1 and "**" not in parts[first]:
+            self.stamp_folder(top)
+            return
+        hidden = any(p.startswith(".") for p in parts[first:])
+        seen: set[tuple[int, int]] = set()
+        def unlisted(e: OSError) -> None:  # glob skips a folder it cannot list; it may list it next time
+            self.folder_stamps[str(e.filename)] = None
+
+        for folder, dirs, _ in os.walk(top, onerror=unlisted, followlinks=True):
+            try:
+                st = os.stat(folder)
+            except OSError:
+                self.folder_stamps[folder] = None
+                continue
+            if (st.st_dev, st.st_ino) in seen:  # a symlink cycle: listed once
+                dirs[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            self.folder_stamps[folder] = stat_stamp(st, self.now_ns)
+            if not hidden:
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if top not in self.folder_stamps:  # missing: glob lists nothing, and neither may the next build
+            self.stamp_folder(top)
+
+    def stamp_folder(self, folder: str) -> None:
+        try:
+            self.folder_stamps[folder] = stat_stamp(os.stat(folder), self.now_ns)
+        except OSError:
+            self.folder_stamps[folder] = None
 
     def regular_file_inside(self, path: str, line: int, shown: str, pattern: str) -> bool:
         """Whether a glob match is a file (symlinks followed), refusing one that
@@ -273,8 +326,10 @@ def load_project(folder: str, file: str | None = None) -> Project:
     path = file if file is not None else os.path.join(folder, "loom.toml")
     root = os.path.abspath(os.path.dirname(path) if file is not None else folder)
     shown = _shown(path)
+    now_ns = time.time_ns()
     try:
         with open(path, "rb") as f:
+            file_stamp = stat_stamp(os.fstat(f.fileno()), now_ns)
             data = f.read()
     except FileNotFoundError:
         raise LoomError(f"{shown}: no such file (a project needs a loom.toml)", 2) from None
@@ -355,7 +410,8 @@ def load_project(folder: str, file: str | None = None) -> Project:
         libraries=tuple(Library(n, s, tuple(sorted(set(ls)))) for _, n, s, ls, _ in sections["library"]),
         kernels=tuple(KernelSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["kernels"]),
         commands=tuple(CommandSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["command"]),
-        package_format=fmt)
+        package_format=fmt, file_path=os.path.abspath(path), file_stamp=file_stamp,
+        folder_stamps=tuple(sorted(r.folder_stamps.items())))
 
 
 def _shown(path: str) -> str:

@@ -4,7 +4,6 @@ no-op `loom build` can compute its keys without loading the compiler."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from functools import cache
 
@@ -28,23 +27,31 @@ def stat_stamp(st: os.stat_result, now_ns: int) -> list[int] | None:
 
 
 @cache
-def _code_files() -> tuple[tuple[str, str], ...]:
-    """(`/`-separated path under loomcli/, absolute path) of every .py file of loom's code, sorted."""
+def _code_tree() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """loom's code: (absolute path of every folder, and (`/`-separated path
+    under loomcli/, absolute path) of every .py file), each sorted."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = []
+    folders, found = [], []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        folders.append(folder)
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
                 found.append((path[len(root) + 1:].replace(os.sep, "/"), path))
-    return tuple(found)
+    return tuple(folders), tuple(found)
+
+
+def _code_files() -> tuple[tuple[str, str], ...]:
+    return _code_tree()[1]
 
 
 @cache
 def compiler_fingerprint() -> str:
     """A hash of loom's own compiler code (every .py under loomcli/), so a
     changed compiler never reuses an old entry."""
+    import hashlib
+
     h = hashlib.sha256()
     for rel, path in _code_files():
         h.update(rel.encode() + b"\0")
@@ -54,33 +61,64 @@ def compiler_fingerprint() -> str:
     return h.hexdigest()
 
 
-def compiler_stamp() -> str | None:
-    """The stat stamps (`stat_stamp`) of loom's code files in one digest: while
-    it is unchanged, a recorded `compiler_fingerprint` still holds and the
-    code need not be read. None when a file is too recent to be trusted."""
+def code_stamps() -> list[tuple[str, list[int]]] | None:
+    """(absolute path, `stat_stamp`) of every folder and .py file of loom's
+    code: while all are unchanged, a recorded `compiler_fingerprint` still
+    holds (a file added or removed changes its folder's stamp). None when
+    one is too recent to be trusted."""
     import time
 
     now = time.time_ns()
-    h = hashlib.sha256()
-    for rel, path in _code_files():
+    folders, files = _code_tree()
+    stamps = []
+    for path in (*folders, *(path for _, path in files)):
         stamp = stat_stamp(os.stat(path), now)
         if stamp is None:
             return None
-        h.update(f"{rel}\0{stamp}\0".encode())
+        stamps.append((path, stamp))
+    return stamps
+
+
+def compiler_stamp(stamps: list[tuple[str, list[int]]] | None) -> str | None:
+    """`code_stamps` in one digest, as the state file records it."""
+    if stamps is None:
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    for path, stamp in stamps:
+        h.update(f"{path}\0{stamp}\0".encode())
     return h.hexdigest()
 
 
 @cache
-def llvm_version() -> str:
-    """The llvmlite (and so LLVM) version, read from its `_version.py`
-    without importing llvmlite or `importlib.metadata` (both slow to load)."""
+def _llvm() -> tuple[str, str | None, list[int] | None]:
+    """(version digest, path of llvmlite's `_version.py`, its `stat_stamp`
+    taken before it was read)."""
+    import hashlib
     import importlib.util
+    import time
 
     spec = importlib.util.find_spec("llvmlite")
     if spec is None or spec.origin is None:
-        return "none"
+        return "none", None, None
+    path = os.path.join(os.path.dirname(spec.origin), "_version.py")
     try:
-        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()[:16]
+        now = time.time_ns()
+        with open(path, "rb") as f:
+            stamp = stat_stamp(os.fstat(f.fileno()), now)
+            return hashlib.sha256(f.read()).hexdigest()[:16], path, stamp
     except OSError:
-        return "unknown"
+        return "unknown", None, None
+
+
+def llvm_version() -> str:
+    """The llvmlite (and so LLVM) version, read from its `_version.py`
+    without importing llvmlite or `importlib.metadata` (both slow to load)."""
+    return _llvm()[0]
+
+
+def llvm_version_stamp() -> tuple[str, list[int]] | None:
+    """(path, stamp) of the file `llvm_version` read; None if none or too recent."""
+    _, path, stamp = _llvm()
+    return (path, stamp) if path is not None and stamp is not None else None
