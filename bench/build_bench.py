@@ -13,6 +13,9 @@ Rows and goals:
   loom build -j2 no-op                  at most 3% of the cold -j2 build
   loom build -j2 cache-only (outputs deleted)  at most 15% of the cold -j2 build
   peak resident memory of each worker (VmHWM) and of the coordinator
+The interpreter's own start-up (`python -c pass`, this Python with its
+site hooks) is timed too: every `loom` run pays it, and a no-op build is
+little more, so the no-op row is also shown beyond it.
 Missing tools are reported, not faked.
 """
 
@@ -199,7 +202,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "LOOM_CACHE")}
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         out = project / "build"
-        results: dict[str, list[float]] = {k: [] for k in ("clang", "cold2", "cold1", "noop", "cache")}
+        results: dict[str, list[float]] = {k: [] for k in ("clang", "cold2", "cold1", "noop", "cache", "python")}
         clang = shutil.which("clang-19")
         for r in range(args.repeat):
             for jobs, key in ((2, "cold2"), (1, "cold1")):
@@ -207,6 +210,7 @@ def main() -> None:
                 env["LOOM_CACHE_DIR"] = str(folder / f"cache-{key}-{r}")
                 results[key].append(timed(loom + ["-j", str(jobs), str(project)], folder, env, key))
             results["noop"].append(timed(loom + ["-j", "2", str(project)], folder, env, "noop"))
+            results["python"].append(timed([sys.executable, "-c", "pass"], folder, env, "python"))
             shutil.rmtree(out)
             results["cache"].append(timed(loom + ["-j", "2", str(project)], folder, env, "cache"))
             if clang:
@@ -226,7 +230,7 @@ def main() -> None:
     cpu = {k: statistics.median(v) for k, v in CPU.items() if v}
     rows = [("make -j2 + clang-19 (.cl files)", "clang"), ("loom build -j2 cold", "cold2"),
             ("loom build -j1 cold", "cold1"), ("loom build -j2 no-op", "noop"),
-            ("loom build -j2 cache-only", "cache")]
+            ("loom build -j2 cache-only", "cache"), ("python -c pass (start-up alone)", "python")]
     print(f"  {'':40s} {'wall':>12s} {'cpu':>12s}")
     for name, key in rows:
         value = med[key]
@@ -242,6 +246,9 @@ def main() -> None:
     print(f"  loom -j1 / -j2 cold       {med['cold1'] / cold:6.2f}x wall   (goal >= 1.8)")
     print(f"  no-op / cold              {med['noop'] / cold * 100:6.2f}% wall, "
           f"{cpu['noop'] / cpu['cold2'] * 100:6.2f}% cpu   (goal <= 3%)")
+    start = med["python"] or 0.0
+    print(f"  no-op beyond start-up     {(med['noop'] - start) * 1000:6.1f} ms, "
+          f"{(med['noop'] - start) / cold * 100:.2f}% of the cold build's wall")
     print(f"  cache-only / cold         {med['cache'] / cold * 100:6.2f}% wall, "
           f"{cpu['cache'] / cpu['cold2'] * 100:6.2f}% cpu   (goal <= 15%)")
     for role in ("coordinator", "worker"):
