@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 _FRAME = struct.Struct("<II")
 _STATUS = struct.Struct("<B")
@@ -316,9 +316,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def end_child() -> NoReturn:
+    """A worker child's orderly end, once its stdin closed. Nothing of it
+    outlives the process (each reply is flushed as it is sent; scratch
+    folders belong to the parent), so it skips the interpreter's
+    finalization and LLVM's static destructors: 60 to 120 ms per worker
+    that the parent would wait for at the end of every build."""
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv: list[str]) -> None:
     replies = prepare_child(argv)
     serve(sys.stdin.buffer, replies)
+    end_child()
 
 
 if __name__ == "__main__":

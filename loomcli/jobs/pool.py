@@ -237,12 +237,13 @@ class WorkerPool:
 
 def _worker_main(argv: list[str]) -> None:
     """`python -m loomcli.jobs.pool ORDINAL SCRATCH MODULE...`: one pool worker."""
-    from loomcli.jobs.isolated import prepare_child, serve
+    from loomcli.jobs.isolated import end_child, prepare_child, serve
 
     ordinal, scratch, *preload = argv
     replies = prepare_child(preload, die_with_parent=True)
     os.makedirs(scratch, exist_ok=True)
     serve(sys.stdin.buffer, replies, WorkerContext(int(ordinal), scratch))
+    end_child()
 
 
 if __name__ == "__main__":
