@@ -94,11 +94,17 @@ def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = 
             seen[_identity(path) or os.path.realpath(path)] = path
     plan: list[tuple[str, str, bool, bytes]] = []
     outs: set[tuple[int, int] | str] = set()
+    # One output and no inputs can clash with nothing: no identity to compute
+    # (a realpath per new file, which a build of many outputs felt).
+    alone = len(outputs) == 1 and not seen
     for path, data in outputs:
         if path == STDOUT:
             plan.append((path, path, True, data))
             continue
         real, direct = _destination(path)
+        if alone:
+            plan.append((path, real, direct, data))
+            continue
         key = _identity(real) or os.path.realpath(real)
         if key in seen and key not in outs:
             raise UsageError(f"output {path} is also an input")

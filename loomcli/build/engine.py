@@ -199,11 +199,14 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
         pending: dict[Future[TaskResult], list[Item]] = {}
         libraries = _Libraries(project, sources)
         stop = False
+        by_set: dict[str, list[Item]] = {}
+        for item in todo:
+            by_set.setdefault(item.kernels.name, []).append(item)
         for ks in sets:
             if stop:
                 break
             misses = []
-            for item in (i for i in todo if i.kernels == ks):
+            for item in by_set[ks.name]:
                 data = cache.get(item.key) if cache is not None else None
                 outcome = _decode(data) if data is not None else None
                 if outcome is not None and outcome.ok:
@@ -724,7 +727,8 @@ def _finish(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> N
         doc = {"schema": STATE_SCHEMA, **book.sources.record(), "items": dict(sorted(state.items()))}
         if doc != book.recorded:
             os.makedirs(out_dir, exist_ok=True)
-            atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, indent=1) + "\n").encode())
+            # Compact: json's C encoder writes only without indent (the file is bookkeeping, not for people).
+            atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, separators=(",", ":")) + "\n").encode())
     _write_noop_record(book, _noop_record(report, book, state))
     report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}" for i in book.items
                             if _state_name(i) in state for f in state[_state_name(i)]["files"])
