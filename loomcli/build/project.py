@@ -242,6 +242,7 @@ class _Reader:
             return
         hidden = any(p.startswith(".") for p in parts[first:])
         seen: set[tuple[int, int]] = set()
+
         def unlisted(e: OSError) -> None:  # glob skips a folder it cannot list; it may list it next time
             self.folder_stamps[str(e.filename)] = None
 
