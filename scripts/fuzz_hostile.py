@@ -35,6 +35,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from loomcli.bytecode import layout as L  # noqa: E402
+from loomcli.bytecode.reader import _uv  # noqa: E402  (the reader's own varint decoding)
+from loomcli.bytecode.writer import _uv as write_uv  # noqa: E402
 
 # Strings spliced into string tables and text: enum words of the wrong set,
 # LLVM and SPIR-V injection attempts, names the lexer would not accept.
@@ -114,26 +116,6 @@ def seeds() -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[tuple[
 # ---------------------------------------------------------------- mutations
 
 
-def _uv(data: bytes, pos: int) -> tuple[int, int]:
-    x = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        x |= (b & 0x7F) << shift
-        if b < 0x80:
-            return x, pos
-        shift += 7
-
-
-def _enc(x: int) -> bytes:
-    out = bytearray()
-    while x >= 0x80:
-        out.append((x & 0x7F) | 0x80)
-        x >>= 7
-    out.append(x)
-    return bytes(out)
-
-
 def split_strings(data: bytes) -> tuple[bytes, list[bytes], bytes]:
     """(header before the string table, the strings, everything after)."""
     pos = len(L.MAGIC)
@@ -153,7 +135,10 @@ def split_strings(data: bytes) -> tuple[bytes, list[bytes], bytes]:
 
 
 def join_strings(head: bytes, strings: list[bytes], tail: bytes) -> bytes:
-    return head + _enc(len(strings)) + b"".join(_enc(len(s)) for s in strings) + b"".join(strings) + tail
+    table = bytearray()
+    for k in (len(strings), *map(len, strings)):
+        write_uv(table, k)
+    return head + bytes(table) + b"".join(strings) + tail
 
 
 def mutate_bytecode(rng: random.Random, data: bytes) -> bytes:

@@ -584,14 +584,8 @@ class _Payload:
         return p
 
     def operand_locations(self, p: int) -> tuple[list[tuple[int, int]], int]:
-        data, end = self.data, self.end
-        n = data[p]
-        if n < 0x80:
-            p += 1
-        else:
-            n, p = _uv_slow(data, p + 1, n)
-        if n > end - p:
-            raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
+        data = self.data
+        n, p = self.count(p, "location")
         base = self.base_line
         locs = []
         for _ in range(n):
@@ -626,14 +620,8 @@ class _Payload:
         return written, p
 
     def attribute_locations(self, p: int) -> tuple[dict[str, tuple[int, int]], int]:
-        data, end, strs, nstrs = self.data, self.end, self.strs, self.nstrs
-        n = data[p]
-        if n < 0x80:
-            p += 1
-        else:
-            n, p = _uv_slow(data, p + 1, n)
-        if n > end - p:
-            raise _Malformed(p, f"location count {n} exceeds the remaining {end - p} bytes")
+        data, strs, nstrs = self.data, self.strs, self.nstrs
+        n, p = self.count(p, "location")
         base = self.base_line
         alocs = {}
         for _ in range(n):
