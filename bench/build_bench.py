@@ -12,7 +12,8 @@ Rows and goals:
   loom build -j1 cold                   -j2 at least 1.8x faster than -j1
   loom build -j2 no-op                  at most 3% of the cold -j2 build
   loom build -j2 cache-only (outputs deleted)  at most 15% of the cold -j2 build
-  peak resident memory of each worker (VmHWM) and of the coordinator
+  peak memory of each worker, the fork server and the coordinator
+                                        (RSS as VmHWM, and PSS)
 The interpreter's own start-up (`python -c pass`, this Python with its
 site hooks) is timed too: every `loom` run pays it, and a no-op build is
 little more, so the no-op row is also shown beyond it.
@@ -157,16 +158,20 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str], key: str = "") -> flo
 
 
 class PeakMemory:
-    """Samples VmHWM of the coordinator and its pool workers while a build runs."""
+    """Samples the coordinator, the fork server and the pool workers while a
+    build runs: peak RSS (VmHWM, shared pages counted in full) and peak PSS
+    (shared pages split among the processes that share them: what a forked
+    worker really adds)."""
 
     def __init__(self, marker: str) -> None:
         self.marker = marker.encode()
-        self.peaks: dict[int, tuple[str, int]] = {}
+        self.peaks: dict[int, tuple[str, int, int]] = {}  # pid -> (role, VmHWM KiB, Pss KiB)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
         while not self.stop.is_set():
+            seen: dict[int, tuple[str, int, int, int]] = {}
             for entry in os.listdir("/proc"):
                 if not entry.isdigit():
                     continue
@@ -177,11 +182,20 @@ class PeakMemory:
                     with open(f"/proc/{entry}/cmdline", "rb") as f:
                         cmd = f.read().replace(b"\0", b" ").decode()
                     with open(f"/proc/{entry}/status") as f:
-                        hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-                except (OSError, StopIteration, ValueError):
+                        fields = dict(line.split(":", 1) for line in f)
+                    hwm, ppid = int(fields["VmHWM"].split()[0]), int(fields["PPid"])
+                    with open(f"/proc/{entry}/smaps_rollup") as f:
+                        pss = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+                except (OSError, StopIteration, ValueError, KeyError):
                     continue
-                role = "worker" if "loomcli.jobs.pool" in cmd else "coordinator" if " build " in cmd else "other"
-                self.peaks[int(entry)] = (role, max(hwm, self.peaks.get(int(entry), ("", 0))[1]))
+                seen[int(entry)] = (cmd, ppid, hwm, pss)
+            for pid, (cmd, ppid, hwm, pss) in seen.items():
+                if "loomcli.jobs.forkserver" in cmd:  # workers are forks of the server: same command line
+                    role = "worker" if "loomcli.jobs.forkserver" in seen.get(ppid, ("",))[0] else "fork server"
+                else:
+                    role = "worker" if "loomcli.jobs.pool" in cmd else "coordinator" if " build " in cmd else "other"
+                _, old_hwm, old_pss = self.peaks.get(pid, ("", 0, 0))
+                self.peaks[pid] = (role, max(hwm, old_hwm), max(pss, old_pss))
             time.sleep(0.02)
 
 
@@ -251,10 +265,11 @@ def main() -> None:
           f"{(med['noop'] - start) / cold * 100:.2f}% of the cold build's wall")
     print(f"  cache-only / cold         {med['cache'] / cold * 100:6.2f}% wall, "
           f"{cpu['cache'] / cpu['cold2'] * 100:6.2f}% cpu   (goal <= 15%)")
-    for role in ("coordinator", "worker"):
-        peaks = sorted(kb for r, kb in mem.peaks.values() if r == role)
+    for role in ("coordinator", "fork server", "worker"):
+        peaks = sorted((hwm, pss) for r, hwm, pss in mem.peaks.values() if r == role)
         if peaks:
-            print(f"  peak RSS per {role:11s}  {', '.join(f'{kb / 1024:.0f} MiB' for kb in peaks)}")
+            print(f"  peak RSS / PSS per {role:11s}  "
+                  f"{', '.join(f'{hwm / 1024:.0f} / {pss / 1024:.0f} MiB' for hwm, pss in peaks)}")
 
 
 if __name__ == "__main__":

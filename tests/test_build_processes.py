@@ -195,7 +195,7 @@ class _Hook(importlib.abc.MetaPathFinder):
         return spec
 
 
-if "loomcli.jobs.pool" in sys.orig_argv:
+if {"loomcli.jobs.pool", "loomcli.jobs.forkserver"} & set(sys.orig_argv):
     import importlib.util
     sys.meta_path.insert(0, _Hook())
 '''

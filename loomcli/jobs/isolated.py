@@ -31,12 +31,14 @@ import atexit
 import importlib
 import json
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, NoReturn
 
@@ -74,6 +76,38 @@ class RemoteError(Exception):
     """The function raised in the worker; the worker is still healthy."""
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a worker child: ours, with this loomcli first on PYTHONPATH."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def await_exit(pid: int, timeout: float | None) -> None:
+    """Return once process `pid` has ended or after `timeout` seconds (None:
+    no limit), whichever comes first; reaping it is the caller's business. A
+    pidfd wakes us the moment it ends, where `Popen.wait(timeout)` polls and
+    notices only after its next sleep, up to milliseconds later, at every
+    worker and server exit of every build."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (Linux before 5.3): poll
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.001)
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
     chunks = []
     while n:
@@ -96,7 +130,7 @@ class Worker:
         self.preload = tuple(preload)
         self.entry = entry
         self.args = tuple(args) if args is not None else self.preload
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Any = None  # a subprocess.Popen, or a forked worker's stand-in
         self.stderr: Any = None
         self.lock = threading.Lock()
 
@@ -105,22 +139,25 @@ class Worker:
         with self.lock:
             self._ensure()
 
-    def _ensure(self) -> subprocess.Popen[bytes]:
+    def _ensure(self) -> Any:
         if self.proc is not None and self.proc.poll() is None:
             return self.proc
         self._reap()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = self._spawn()
+        return self.proc
+
+    def _spawn(self) -> Any:
+        """A new child process (a `subprocess.Popen`, or what quacks like one),
+        its stderr in `self.stderr`."""
+        env = child_env()
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         from loomcli.jobs.jobserver import inherited_fds
 
         # The jobserver MAKEFLAGS advertises stays usable in the child (a pipe
         # one needs its descriptors; every other descriptor is closed).
-        self.proc = subprocess.Popen([sys.executable, "-m", self.entry, *self.args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
-                                     close_fds=True, pass_fds=inherited_fds(env))
-        return self.proc
+        return subprocess.Popen([sys.executable, "-m", self.entry, *self.args],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+                                close_fds=True, pass_fds=inherited_fds(env))
 
     def _reap(self) -> None:
         if self.proc is not None:
@@ -130,6 +167,8 @@ class Worker:
                         stream.close()
                 except OSError:
                     pass
+            if self.proc.returncode is None:  # not reaped yet, so the pid is still this child's
+                await_exit(self.proc.pid, 5)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -140,7 +179,7 @@ class Worker:
             self.stderr.close()
             self.stderr = None
 
-    def _crash(self, proc: subprocess.Popen[bytes]) -> WorkerCrash:
+    def _crash(self, proc: Any) -> WorkerCrash:
         try:
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -182,6 +221,16 @@ class Worker:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def end_input(self) -> None:
+        """Close the child's requests, so it ends on its own while the caller
+        ends other children; `close` then reaps it."""
+        with self.lock:
+            if self.proc is not None and self.proc.stdin is not None:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
 
     def close(self) -> None:
         with self.lock:
@@ -278,14 +327,14 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
         stdout.flush()
 
 
-def prepare_child(preload: Sequence[str], die_with_parent: bool = False) -> BinaryIO:
+def prepare_child(preload: Sequence[str], bound_to_parent: bool = False) -> BinaryIO:
     """Common start of every worker child: ignore SIGINT, keep fd 1 for
     replies only, import (and warm) the preloaded modules. Returns the reply stream.
-    `die_with_parent` is for children whose parent thread lives as long as
+    `bound_to_parent` is for children whose parent thread lives as long as
     they are used (pool slots): Linux ties the signal to that thread."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if die_with_parent:
-        _die_with_parent()
+    if bound_to_parent:
+        die_with_parent()
     # Replies go to a private copy of stdout; anything else printed to fd 1
     # (by Python or by LLVM) goes to stderr and cannot corrupt the framing.
     replies = os.fdopen(os.dup(1), "wb")
@@ -300,9 +349,11 @@ def prepare_child(preload: Sequence[str], die_with_parent: bool = False) -> Bina
     return replies
 
 
-def _die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Linux: the kernel sends SIGKILL when the parent dies, so a killed
-    coordinator leaves no worker behind (elsewhere, stdin closing ends it)."""
+    coordinator leaves no worker behind (elsewhere, stdin closing ends it).
+    `parent`: the pid the parent had before this process started, to tell
+    whether it died before the signal was set."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -310,7 +361,7 @@ def _die_with_parent() -> None:
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent is already gone
+        if os.getppid() == 1 or (parent is not None and os.getppid() != parent):  # the parent is already gone
             os._exit(0)
     except (OSError, AttributeError):
         pass

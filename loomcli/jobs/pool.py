@@ -5,17 +5,20 @@ slots is a coordinator thread that owns one worker process with a dense
 ordinal and a private scratch folder; the process is started once (lazily,
 or early with `warm`) with the prepared immutable state its preloaded
 modules build, then serves small requests over the framing of
-`loomcli.jobs.isolated` and returns bytes. A worker process is its own crash
-isolation: LLVM runs inside it (`shared_worker()` is the process itself
-there), and a worker that dies fails only the task it was running
-(status "crashed") and is replaced on that slot's next task.
+`loomcli.jobs.isolated` and returns bytes. On Linux the workers are forked
+from one warm server (`loomcli.jobs.forkserver`), so that state is built
+once per pool and shared; elsewhere each worker is its own interpreter. A
+worker process is its own crash isolation: LLVM runs inside it
+(`shared_worker()` is the process itself there), and a worker that dies
+fails only the task it was running (status "crashed") and is replaced on
+that slot's next task.
 
 Concurrency is bounded twice: by the slot count (`-j`, `LOOM_JOBS`, usable
 CPUs) and by a `TokenGate` (the implicit slot plus make's jobserver tokens
 when there is one). A slot holds a token only while its worker runs a task.
 
 `close(cancel=True)` is the Ctrl-C / SIGTERM path: queued tasks resolve as
-"cancelled", running workers are killed, every token goes back and every
+"cancelled", running workers (and the fork server) are killed, every token goes back and every
 thread and process is joined before `close` returns; no orphan remains.
 """
 
@@ -33,6 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from loomcli.errors import UsageError
+from loomcli.jobs import forkserver
 from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.jobs.jobserver import TokenGate
 from loomcli.jobs.tasks import Task, TaskResult, WorkerContext, usable_cpus
@@ -82,9 +86,15 @@ class WorkerPool:
 
     def __init__(self, jobs: int, preload: Sequence[str] = (), gate: TokenGate | None = None,
                  on_event: Callable[[TaskEvent], None] | None = None,
-                 on_start: Callable[[Task, int], None] | None = None) -> None:
+                 on_start: Callable[[Task, int], None] | None = None, fork: bool | None = None,
+                 server: forkserver.ForkServer | None = None) -> None:
         self._jobs = max(1, jobs)
         self._preload = tuple(preload)
+        # Workers forked from one warm server (`loomcli.jobs.forkserver`; `server`:
+        # one already started, which the pool now owns) where the platform
+        # allows; `fork=False` starts each as its own interpreter.
+        use_fork = forkserver.available() if fork is None else fork
+        self._server = server if server is not None else forkserver.ForkServer(self._preload) if use_fork else None
         self._own_gate = gate is None
         self._gate = gate if gate is not None else TokenGate(None, self._jobs)
         self._on_event = on_event
@@ -106,12 +116,15 @@ class WorkerPool:
     # ------------------------------------------------------------ producer side
 
     def warm(self, n: int | None = None) -> None:
-        """Start `n` worker processes now (default: all), so they get ready
-        while the coordinator does other work."""
+        """Start `n` workers now (default: all), so they get ready while the
+        coordinator does other work. Returns at once: each slot thread starts
+        its own worker."""
         with self._cond:
+            if self._server is not None:
+                self._server.start()
             want = min(self._jobs, n if n is not None else self._jobs)
             while len(self._workers) < want:
-                self._new_slot().start()
+                self._new_slot()
 
     def submit(self, task: Task) -> Future[TaskResult]:
         future: Future[TaskResult] = Future()
@@ -138,12 +151,18 @@ class WorkerPool:
             self._cond.notify_all()
         if cancel:
             self._gate.cancel()
+            if self._server is not None:
+                self._server.kill()
             for worker in list(self._workers):
                 proc = worker.proc
                 if proc is not None and proc.poll() is None:
                     proc.kill()
         for thread in list(self._threads):
             thread.join()
+        for worker in self._workers:  # all of them end at once, not one after another
+            worker.end_input()
+        if self._server is not None:
+            self._server.close()  # kills and reaps any worker still there
         for worker in self._workers:
             worker.close()
         if self._own_gate:
@@ -158,11 +177,15 @@ class WorkerPool:
 
     # ------------------------------------------------------------ slots
 
-    def _new_slot(self) -> threading.Thread:
-        """A slot thread with its worker (not started); call with the lock held."""
+    def _new_slot(self) -> Worker:
+        """A slot thread and its worker, which the thread starts; call with the lock held."""
         ordinal = len(self._workers)
         scratch = os.path.join(self._scratch, f"worker-{ordinal}")
-        worker = Worker(self._preload, entry="loomcli.jobs.pool", args=[str(ordinal), scratch, *self._preload])
+        worker: Worker
+        if self._server is not None:
+            worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
+        else:
+            worker = Worker(self._preload, entry="loomcli.jobs.pool", args=[str(ordinal), scratch, *self._preload])
         self._workers.append(worker)
         thread = threading.Thread(target=self._serve, args=(ordinal, worker), name=f"loom-slot-{ordinal}",
                                   daemon=True)
@@ -171,6 +194,10 @@ class WorkerPool:
         return worker
 
     def _serve(self, ordinal: int, worker: Worker) -> None:
+        try:
+            worker.start()  # warm before the first task; a failure is reported by that task
+        except OSError:
+            pass
         while True:
             with self._cond:
                 while not self._queue and not self._closing:
@@ -240,7 +267,7 @@ def _worker_main(argv: list[str]) -> None:
     from loomcli.jobs.isolated import end_child, prepare_child, serve
 
     ordinal, scratch, *preload = argv
-    replies = prepare_child(preload, die_with_parent=True)
+    replies = prepare_child(preload, bound_to_parent=True)
     os.makedirs(scratch, exist_ok=True)
     serve(sys.stdin.buffer, replies, WorkerContext(int(ordinal), scratch))
     end_child()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from loomcli.cache import Cache, open_cache
 from loomcli.errors import atomic_write
+from loomcli.jobs import forkserver
 from loomcli.jobs.compile import CompileService
 from loomcli.jobs.jobserver import Jobserver, JobserverServer, TokenGate, connect
 from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
@@ -115,8 +116,8 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
         n = resolve_jobs(None)  # the tokens bound concurrency; -j only caps the workers
     cache = open_cache(no_cache, warn=say)
     width = max(1, min(n, tasks_hint))
-    with _sigterm_as_interrupt(), _served_jobserver(jobserver is None and problem is None and not dry_run
-                                                    and width > 1, n, jobserver_style, say) as server:
+    serving = jobserver is None and problem is None and not dry_run and width > 1
+    with _sigterm_as_interrupt(), _served_jobserver(serving, n, jobserver_style, say) as server:
         if server is not None:
             jobserver = server.client()
         gate = TokenGate(jobserver, width)
@@ -124,7 +125,11 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
         if width <= 1:
             sink = TimedInline(gate, on_event)
         else:
-            sink = WorkerPool(width, preload_for(targets, preload), gate, on_event=on_event, on_start=on_start)
+            modules = preload_for(targets, preload)
+            # A fork server prestarted by the entry point serves this pool,
+            # unless its workers must inherit a pipe jobserver newer than it.
+            early = forkserver.adopt(modules) if not (serving and jobserver_style == "pipe") else None
+            sink = WorkerPool(width, modules, gate, on_event=on_event, on_start=on_start, server=early)
         session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
         interrupted = False
         try:

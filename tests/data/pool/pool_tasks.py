@@ -13,6 +13,10 @@ def echo(header, payload, context):
                        "payload": payload.decode(), "header": header}).encode()
 
 
+def environ(header, payload, context):
+    return json.dumps({"ppid": os.getppid(), "makeflags": os.environ.get("MAKEFLAGS")}).encode()
+
+
 def die(header, payload, context):
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -1,0 +1,393 @@
+"""Pool workers forked from one warm process, so warm-up is paid once per pool.
+
+Starting a pool worker costs about 0.3 s of CPU: an interpreter, the
+compiler's imports, LLVM's initialization. Paid once per slot, that is 0.6 s
+of a two-core build that lasts 2.5 s, spent while the cores should be
+compiling. Here one server process (`python -m loomcli.jobs.forkserver FD
+MODULE...`) imports and warms the preloaded modules once, then forks a
+worker per request: every worker starts warm in about a millisecond, and
+the prepared state (parsed pass programs, op tables, LLVM's target
+registry) is shared copy-on-write instead of built again per worker (seed
+001: prepared state shared, never rebuilt per job).
+
+The coordinator talks to the server over a `SOCK_SEQPACKET` socket pair,
+one JSON packet per request and one per reply, strictly in turn:
+- `{"op": "fork", "ordinal": N, "scratch": PATH}` with three descriptors
+  attached (the worker's request pipe, its reply pipe, its stderr file):
+  forks a worker that serves the pool's framing on those pipes
+  (`loomcli.jobs.isolated.serve`) with `WorkerContext(N, PATH)`; reply
+  `{"pid": P}`.
+- `{"op": "poll", "pid": P}` / `{"op": "wait", "pid": P, "timeout": S}`:
+  the worker's return code once it has ended (`subprocess`'s convention:
+  negative for a signal), else `null`.
+The server reaps a worker only when asked, so a worker's pid cannot be
+reused while the coordinator may still signal it. When the socket closes
+(the pool is done, or the coordinator died) the server kills and reaps any
+worker left and exits; the kernel kills a worker whose server died (Linux's
+`PR_SET_PDEATHSIG`), so killing the coordinator leaves nothing behind.
+
+`ForkedWorker` is `isolated.Worker` with its process forked here instead of
+started; a worker that dies is replaced by another fork, and a server that
+died is started again. Where fork and descriptor passing are not available
+(not Linux), the pool starts each worker as its own interpreter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from loomcli.jobs.isolated import Worker, await_exit, child_env, die_with_parent, end_child, prepare_child, serve
+from loomcli.jobs.tasks import WorkerContext
+
+_PACKET = 65536  # requests and replies are small JSON
+
+
+def available() -> bool:
+    """Whether pool workers can be forked from a server on this platform."""
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and hasattr(os, "waitstatus_to_exitcode")
+
+
+class ServerGone(OSError):
+    """The fork server ended (killed, or it failed to start)."""
+
+
+class ForkServer:
+    """The coordinator's side: starts the server once (again if it died) and
+    forwards fork, poll and wait requests to it, one at a time."""
+
+    def __init__(self, preload: Sequence[str]) -> None:
+        self.preload = tuple(preload)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._stderr: Any = None
+        self._lock = threading.Lock()
+        self.generation = 0  # which server process: a worker is known only to the one that forked it
+        self._ended = False  # closed or killed: no server is started again
+        self._answered = False  # the running server has replied: it is warm and reads its socket
+
+    def start(self) -> None:
+        """Start the server now, without waiting for it to be warm."""
+        with self._lock:
+            self._ensure()
+
+    def serves(self, generation: int) -> bool:
+        """Whether the server of `generation` is still running."""
+        return generation == self.generation and self._alive()
+
+    def _alive(self) -> bool:
+        return self._sock is not None and self._proc is not None and self._proc.poll() is None
+
+    def _ensure(self) -> socket.socket:
+        if self._alive():
+            assert self._sock is not None
+            return self._sock
+        self._stop()
+        if self._ended:
+            raise ServerGone("the worker pool is closing")
+        self.generation += 1
+        self._answered = False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        from loomcli.jobs.jobserver import inherited_fds
+
+        env = child_env()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.forkserver", str(theirs.fileno()),
+                                           *self.preload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=self._stderr, env=env, close_fds=True,
+                                          pass_fds=(theirs.fileno(), *inherited_fds(env)))
+        finally:
+            theirs.close()
+        self._sock = ours
+        return ours
+
+    def _request(self, message: dict[str, Any], fds: Sequence[int] = (), generation: int | None = None
+                 ) -> dict[str, Any]:
+        """The server's reply; a fork (no `generation`) starts a server if
+        none runs, a question about a worker goes only to the server that
+        forked it."""
+        with self._lock:
+            if generation is None:
+                sock = self._ensure()
+            elif generation == self.generation and self._sock is not None:
+                sock = self._sock
+            else:
+                raise ServerGone("the fork server that started this worker has ended")
+            try:
+                if fds:
+                    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+                else:
+                    sock.send(json.dumps(message).encode())
+                reply = sock.recv(_PACKET)
+            except OSError:
+                reply = b""
+            if not reply:
+                raise ServerGone(f"the fork server ended ({self._describe_end()})")
+            self._answered = True
+            answer: dict[str, Any] = json.loads(reply)
+            answer["generation"] = self.generation
+            return answer
+
+    def _describe_end(self) -> str:
+        """Why the server is gone: its exit status and the last line it printed."""
+        proc, text, code = self._proc, "", None
+        if proc is not None:
+            try:
+                code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # alive but not answering: it will not be used again
+                proc.kill()
+                code = proc.wait()
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            lines = self._stderr.read()[-4096:].decode("utf-8", "replace").strip().splitlines()
+            text = f": {lines[-1].strip()}" if lines else ""
+        self._stop()
+        return f"exit status {code}{text}"
+
+    def fork(self, ordinal: int, scratch: str, stdin: int, stdout: int, stderr: int) -> tuple[int, int]:
+        """A new worker serving `stdin`/`stdout` (pipe ends the caller then
+        closes) and writing to `stderr`: its pid and the server's generation.
+        The worker's MAKEFLAGS is ours now, not the server's from its start:
+        a jobserver loom serves may be newer than the server."""
+        reply = self._request({"op": "fork", "ordinal": ordinal, "scratch": scratch,
+                               "makeflags": os.environ.get("MAKEFLAGS")}, (stdin, stdout, stderr))
+        return int(reply["pid"]), int(reply["generation"])
+
+    def poll(self, pid: int, generation: int) -> int | None:
+        return self._request({"op": "poll", "pid": pid}, generation=generation)["code"]
+
+    def wait(self, pid: int, generation: int, timeout: float | None = None) -> int | None:
+        return self._request({"op": "wait", "pid": pid, "timeout": timeout}, generation=generation)["code"]
+
+    def close(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._stop()
+
+    def kill(self) -> None:
+        """The cancel path: end the server, and with it every worker, now,
+        even while a request waits for it (that request then fails)."""
+        self._ended = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # the server kills what is left, reaps it and exits
+            self._sock = None
+        if self._proc is not None and not self._answered:
+            self._proc.kill()  # still warming up, not reading its socket: nothing of it is needed
+        if self._proc is not None:
+            await_exit(self._proc.pid, 10)
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+class ForkedProcess:
+    """The part of `subprocess.Popen` a `Worker` uses, for a forked worker."""
+
+    def __init__(self, server: ForkServer, pid: int, generation: int, stdin: int, stdout: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.generation = generation
+        self.stdin = os.fdopen(stdin, "wb")
+        self.stdout = os.fdopen(stdout, "rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.server.poll(self.pid, self.generation)
+            except ServerGone:
+                self.returncode = -signal.SIGKILL  # the server's death killed its workers
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = self.server.wait(self.pid, self.generation, timeout)
+            except ServerGone:
+                self.returncode = -signal.SIGKILL
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+        return self.returncode
+
+    def kill(self) -> None:
+        # Safe against pid reuse: a worker's pid stays its own until its server
+        # reaps it, which it does only when asked (poll/wait set returncode)
+        # or when it ends, killing its workers anyway.
+        if self.returncode is None and self.server.serves(self.generation):
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class ForkedWorker(Worker):
+    """A pool worker whose process comes from a `ForkServer`."""
+
+    def __init__(self, server: ForkServer, ordinal: int, scratch: str) -> None:
+        super().__init__(server.preload)
+        self.server = server
+        self.ordinal = ordinal
+        self.scratch = scratch
+
+    def _spawn(self) -> Any:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        try:
+            pid, generation = self.server.fork(self.ordinal, self.scratch, request_r, reply_w, self.stderr.fileno())
+        except BaseException:
+            for fd in (request_w, reply_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        return ForkedProcess(self.server, pid, generation, request_w, reply_r)
+
+
+# ------------------------------------------------- a server started before it is known to be needed
+
+_prestarted: list[ForkServer] = []  # at most one, until a pool adopts it or the process exits
+
+
+def prestart(preload: Sequence[str]) -> None:
+    """Start a server now, for a command that will probably compile in a
+    pool (`loom build` once its no-op check failed): it warms up while the
+    command line is parsed, the project read and the sources hashed, work
+    that would otherwise all come before it. The first pool whose preload
+    it covers adopts it (`adopt`); if none does, it is killed at exit."""
+    if _prestarted or not available():
+        return
+    server = ForkServer(preload)
+    server.start()
+    _prestarted.append(server)
+    atexit.register(_discard_prestarted)
+
+
+def adopt(preload: Sequence[str]) -> ForkServer | None:
+    """The prestarted server, if there is one that imports at least `preload`
+    (handed out once)."""
+    if _prestarted and set(preload) <= set(_prestarted[0].preload):
+        return _prestarted.pop()
+    return None
+
+
+def _discard_prestarted() -> None:
+    while _prestarted:
+        server = _prestarted.pop()
+        server.kill()
+        server.close()
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _server_main(argv: list[str]) -> None:
+    """`python -m loomcli.jobs.forkserver FD MODULE...`"""
+    fd, *preload = argv
+    sock = socket.socket(fileno=int(fd))
+    # The socket closing ends the server (the pool is done, or the
+    # coordinator died); being bound to the coordinator's thread that started
+    # it also ends one that hangs before it reads the socket. That thread
+    # lives as long as the pool: the main thread, or a slot's thread.
+    prepare_child(preload, bound_to_parent=True)
+    workers: set[int] = set()
+    try:
+        while True:
+            try:
+                packet, fds, _, _ = socket.recv_fds(sock, _PACKET, 3)
+            except OSError:
+                break
+            if not packet:
+                break
+            request = json.loads(packet)
+            if request["op"] == "fork":
+                sys.stderr.flush()  # nothing buffered may be written twice
+                server = os.getpid()
+                pid = os.fork()
+                if pid == 0:
+                    _worker(sock, fds, request, server)
+                for f in fds:
+                    os.close(f)
+                workers.add(pid)
+                reply: dict[str, Any] = {"pid": pid}
+            else:
+                pid = int(request["pid"])
+                reply = {"code": _reap(pid, request["op"] == "wait", request.get("timeout")) if pid in workers
+                         else None}
+                if reply["code"] is not None:
+                    workers.discard(pid)
+            sock.send(json.dumps(reply).encode())
+    finally:
+        for pid in workers:  # the coordinator is done or gone: nothing may outlive it
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+    end_child()
+
+
+def _reap(pid: int, block: bool, timeout: float | None) -> int | None:
+    """The worker's return code once it ended, else None (after `timeout`
+    seconds when blocking; None: no limit)."""
+    for attempt in (0, 1):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -signal.SIGKILL
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if attempt or not block:
+            return None
+        await_exit(pid, timeout)
+    return None
+
+
+def _worker(sock: socket.socket, fds: list[int], request: dict[str, Any], server: int) -> NoReturn:
+    """The forked child: serve the pool's framing on the passed pipes. It
+    never returns into the server's loop, whatever happens."""
+    try:
+        sock.close()
+        requests, replies, stderr = fds
+        os.dup2(stderr, 2)
+        os.dup2(2, 1)  # stray prints (Python's or LLVM's) go to the worker's stderr
+        os.close(stderr)
+        die_with_parent(server)
+        if request.get("makeflags") is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = request["makeflags"]
+        scratch = request["scratch"]
+        os.makedirs(scratch, exist_ok=True)
+        serve(os.fdopen(requests, "rb"), os.fdopen(replies, "wb"), WorkerContext(int(request["ordinal"]), scratch))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(70)
+    end_child()
+
+
+if __name__ == "__main__":
+    _server_main(sys.argv[1:])
