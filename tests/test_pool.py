@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from loomcli.cache import Cache
+from loomcli.jobs import forkserver
 from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
 from loomcli.jobs.jobserver import TokenGate
 from loomcli.jobs.pool import WorkerPool, resolve_jobs
@@ -25,6 +28,12 @@ TASKS = str(Path(__file__).resolve().parent / "data" / "pool")
 @pytest.fixture
 def task_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", TASKS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+# Both ways a pool starts its workers: forked from a warm server, and each its own interpreter.
+START = [pytest.param(True, id="forked", marks=pytest.mark.skipif(not forkserver.available(),
+                                                                reason="no fork server on this platform")),
+         pytest.param(False, id="spawned")]
 
 
 def alive(pid: int) -> bool:
@@ -44,8 +53,9 @@ def saxpy_request(target: str, fmt: str) -> CompileRequest:
                           launch_config_name="saxpy.launch.loombc")
 
 
-def test_ordinals_are_dense_and_scratch_is_private(task_path: None) -> None:
-    with WorkerPool(2, preload=("pool_tasks",)) as pool:
+@pytest.mark.parametrize("fork", START)
+def test_ordinals_are_dense_and_scratch_is_private(task_path: None, fork: bool) -> None:
+    with WorkerPool(2, preload=("pool_tasks",), fork=fork) as pool:
         futures = [pool.submit(Task("pool_tasks:echo", {"i": i}, str(i).encode(), f"t{i}")) for i in range(8)]
         replies = [json.loads(f.result().value) for f in futures]
     assert [r["payload"] for r in replies] == [str(i) for i in range(8)]
@@ -59,9 +69,10 @@ def test_ordinals_are_dense_and_scratch_is_private(task_path: None) -> None:
     assert len(pool.events) == 8 and all(e.status == "ok" for e in pool.events)
 
 
+@pytest.mark.parametrize("fork", START)
 @pytest.mark.parametrize("function", ["pool_tasks:die", "pool_tasks:abort"])
-def test_a_dying_worker_fails_only_its_task_and_is_replaced(task_path: None, function: str) -> None:
-    with WorkerPool(1) as pool:
+def test_a_dying_worker_fails_only_its_task_and_is_replaced(task_path: None, function: str, fork: bool) -> None:
+    with WorkerPool(1, fork=fork) as pool:
         first = json.loads(pool.submit(Task("pool_tasks:echo")).result().value)
         dead = pool.submit(Task(function)).result()
         after = pool.submit(Task("pool_tasks:echo")).result()
@@ -88,8 +99,9 @@ def test_a_task_that_fails_in_the_coordinator_is_a_status_and_the_slot_serves_on
     assert after.status == "ok"
 
 
-def test_cancel_drains_kills_and_leaves_no_process(task_path: None, tmp_path: Path) -> None:
-    pool = WorkerPool(2)
+@pytest.mark.parametrize("fork", START)
+def test_cancel_drains_kills_and_leaves_no_process(task_path: None, tmp_path: Path, fork: bool) -> None:
+    pool = WorkerPool(2, fork=fork)
     release = tmp_path / "release"
     started = [tmp_path / f"started-{i}" for i in range(5)]
     futures = [pool.submit(Task("pool_tasks:wait_for", {"started": str(s), "release": str(release)}))
@@ -97,11 +109,12 @@ def test_cancel_drains_kills_and_leaves_no_process(task_path: None, tmp_path: Pa
     while sum(s.exists() for s in started) < 2:  # both slots are busy; three tasks queue behind them
         threading.Event().wait(0.01)
     pids = [w.pid for w in pool._workers]
+    server = pool._server._proc.pid if pool._server is not None and pool._server._proc is not None else None
     pool.close(cancel=True)
     statuses = [f.result().status for f in futures]
     assert statuses.count("cancelled") == 5
     assert sum(s.exists() for s in started) == 2
-    assert not any(pid is not None and alive(pid) for pid in pids)
+    assert not any(pid is not None and alive(pid) for pid in [*pids, server])
     assert threading.active_count() == 1 or all(not t.name.startswith("loom-slot") for t in threading.enumerate())
 
 
@@ -125,6 +138,87 @@ def test_running_tasks_never_exceed_the_gate(task_path: None) -> None:
     gate.close()
     assert all(r.ok for r in results)
     assert 1 <= peak[0] <= 2
+
+
+needs_fork = pytest.mark.skipif(not forkserver.available(), reason="no fork server on this platform")
+
+
+@needs_fork
+def test_forked_workers_share_one_server_and_take_makeflags_at_fork(task_path: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers are children of one warm server, and each gets the MAKEFLAGS
+    the coordinator has when it is forked: a jobserver loom serves may be
+    newer than the server (the entry point starts it early)."""
+    monkeypatch.setenv("MAKEFLAGS", "old")
+    with WorkerPool(2, preload=("pool_tasks",), fork=True) as pool:
+        pool._server.start()
+        monkeypatch.setenv("MAKEFLAGS", " -j2 --jobserver-auth=fifo:/nowhere")
+        replies = [json.loads(f.result().value) for f in [pool.submit(Task("pool_tasks:environ")) for _ in range(4)]]
+        server = pool._server._proc.pid
+    assert {r["ppid"] for r in replies} == {server}
+    assert {r["makeflags"] for r in replies} == {" -j2 --jobserver-auth=fifo:/nowhere"}
+    assert not alive(server)
+
+
+@needs_fork
+def test_a_dead_fork_server_fails_the_running_task_and_is_started_again(task_path: None, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    with WorkerPool(1, fork=True) as pool:
+        first = json.loads(pool.submit(Task("pool_tasks:echo")).result().value)
+        running = pool.submit(Task("pool_tasks:wait_for", {"started": str(tmp_path / "started"),
+                                                           "release": str(release)}))
+        while not (tmp_path / "started").exists():
+            threading.Event().wait(0.01)
+        old_server = pool._server._proc.pid
+        os.kill(old_server, 9)  # its workers die with it (PR_SET_PDEATHSIG)
+        lost = running.result()
+        after = json.loads(pool.submit(Task("pool_tasks:echo")).result().value)
+        new_server = pool._server._proc.pid
+    assert lost.status == "crashed" and "worker 0 died" in lost.message, lost
+    assert new_server != old_server and after["pid"] != first["pid"]
+    assert not alive(first["pid"]) and not alive(after["pid"]) and not alive(new_server)
+
+
+@needs_fork
+def test_a_prestarted_server_is_adopted_once_or_killed_at_exit(tmp_path: Path) -> None:
+    code = (
+        "import os, sys\n"
+        "from loomcli.jobs import forkserver\n"
+        "forkserver.prestart(('loomcli.jobs.tasks', 'loomcli.jobs.compile'))\n"
+        "server = forkserver._prestarted[0]\n"
+        "print(server._proc.pid)\n"
+        "assert forkserver.adopt(('loomcli.jobs.compile', 'loomcli.build.tasks')) is None  # not covered\n"
+        "if sys.argv[1] == 'adopt':\n"
+        "    assert forkserver.adopt(('loomcli.jobs.compile',)) is server\n"
+        "    assert forkserver.adopt(('loomcli.jobs.compile',)) is None  # handed out once\n"
+        "    server.close()\n"
+    )
+    for mode in ("adopt", "exit"):
+        r = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.returncode == 0, r.stderr
+        assert not alive(int(r.stdout.split()[0])), mode
+
+
+@pytest.mark.parametrize("args,env,started", [
+    (["-j", "2", "."], {}, True),
+    (["--jobs=4"], {}, True),
+    (["-j1"], {}, False),
+    (["-j", "1", "."], {"LOOM_JOBS": "4"}, False),
+    ([], {"LOOM_JOBS": "1"}, False),
+    (["-j", "1", "-j", "3"], {}, True),   # the last -j wins
+])
+def test_the_entry_point_prestarts_a_server_only_for_a_parallel_build(
+        monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], started: bool) -> None:
+    from loomcli import entry
+
+    monkeypatch.delenv("LOOM_JOBS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(forkserver, "prestart", lambda preload: calls.append(tuple(preload)))
+    calls: list[tuple[str, ...]] = []
+    entry._prestart_workers(args)
+    assert calls == ([entry.BUILD_PRELOAD] if started and forkserver.available() else [])
 
 
 def test_jobs_come_from_the_flag_then_loom_jobs() -> None:
