@@ -8,12 +8,15 @@ names, loom's own code and LLVM's version), never paths outside the project,
 `-j` or the cache state. An item is then, cheapest first:
 
 - up to date: `out-dir/.loom-build.json` records the same key and the files
-  on disk still have the recorded sha256 (no parsing, no compiling);
+  on disk still match what it recorded (stat data, else their sha256): no
+  parsing, no compiling;
 - cached: the cache holds the outcome under the source key (no front end);
-- compiled: the set's front end runs once here in the coordinator (parse,
-  verify, link against the libraries, bind the config), then each target
-  is one `CompileRequest` to the compile service: the request-level cache,
-  else a task in the pool.
+- compiled: one task per kernel set goes to the pool with the set's sources
+  and the libraries' merged bytecode; the worker runs the set's front end
+  once (parse, verify, link, bind the config) and the back half for every
+  target the set misses (`loomcli.build.tasks`). Command programs go
+  through the frontier's product builder, their kernels through the
+  compile service into the same pool.
 
 Outputs are written as they complete, each atomically; the state file is
 written last, so a killed build only makes the next one redo work.
@@ -118,7 +121,6 @@ class BuildReport:
     failures: list[str] = field(default_factory=list)                # item labels
     exit_code: int = 0
     outputs: list[str] = field(default_factory=list)                 # out-dir-relative paths, sorted
-    pending: list[str] = field(default_factory=list)                 # what this build could not do yet
     dry_run: bool = False
 
     def count(self, state: str) -> int:
