@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_hooks import task_hook
 from test_build import make_project, outputs
 
 from loomcli.cache import Cache, _verify
@@ -150,15 +151,13 @@ def test_progress_modes_under_a_pipe(tmp_path: Path, mode: str, expect: str) -> 
 
 
 # A worker process that dies in the middle of a task, made deterministic
-# without a hook in loom: every process loom starts runs this
-# `sitecustomize` (PYTHONPATH reaches them), which wraps the kernel-set task
-# in pool workers. The worker that gets set1 SIGKILLs itself while running
+# without a hook in loom (`task_hooks`). The worker that gets set1 SIGKILLs itself while running
 # it (once: a marker file remembers it), the same death as an OOM kill or a
 # segfault in LLVM, at a known point. set0 waits until set2 has started, so
 # the slot holding set0 cannot take set2: the crashed slot must, with a new
 # worker process. Each task leaves `started-<set>-<pid>` behind.
-KILLER = '''\
-import importlib.abc, os, signal, sys, time
+KILLER = task_hook('''\
+import os, signal, time
 
 
 def _wrap(task):
@@ -177,28 +176,7 @@ def _wrap(task):
         return task(header, payload, context)
 
     return hooked_task
-
-
-class _Hook(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != "loomcli.build.tasks":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module.kernel_set_task = _wrap(module.kernel_set_task)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if {"loomcli.jobs.pool", "loomcli.jobs.forkserver"} & set(sys.orig_argv):
-    import importlib.util
-    sys.meta_path.insert(0, _Hook())
-'''
+''')
 
 
 def test_a_worker_dying_mid_task_fails_only_its_item(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_hooks import task_hook
 from test_build import make_project
 
 from loomcli.jobs.jobserver import JobserverServer, TokenGate, connect, parse_makeflags
@@ -49,15 +50,13 @@ def test_a_served_pool_has_n_minus_1_tokens_and_audits_them(style: str) -> None:
         assert not folder.exists()
 
 
-# Every process loom starts runs this `sitecustomize` (PYTHONPATH reaches
-# it); in a pool worker (or the fork server its workers come from) it wraps
-# the kernel-set task, so the probe runs in the worker as a task would: it
-# connects to the jobserver its MAKEFLAGS advertises, takes a token and gives
-# it back, and writes what it saw to LOOM_TEST_PROBE_DIR. With
-# LOOM_TEST_PROBE_HANG set the task then never ends, so the build is
-# certainly still running when the test sends SIGTERM.
-PROBE = '''\
-import importlib.abc, importlib.util, json, os, select, sys, time
+# A probe inside each pool worker's task (`task_hooks`), where a task would
+# use the jobserver: it connects to the jobserver its MAKEFLAGS advertises,
+# takes a token and gives it back, and writes what it saw to
+# LOOM_TEST_PROBE_DIR. With LOOM_TEST_PROBE_HANG set the task then never
+# ends, so the build is certainly still running when the test sends SIGTERM.
+PROBE = task_hook('''\
+import json, os, select, time
 
 
 def _probe():
@@ -91,27 +90,7 @@ def _wrap(task):
         return task(header, payload, context)
 
     return probed_task
-
-
-class _Hook(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != "loomcli.build.tasks":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module.kernel_set_task = _wrap(module.kernel_set_task)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if {"loomcli.jobs.pool", "loomcli.jobs.forkserver"} & set(sys.orig_argv):
-    sys.meta_path.insert(0, _Hook())
-'''
+''')
 
 
 def probe_env(tmp_path: Path, **extra: str) -> dict[str, str]:

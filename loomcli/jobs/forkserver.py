@@ -46,7 +46,16 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from loomcli.jobs.isolated import Worker, await_exit, child_env, die_with_parent, end_child, prepare_child, serve
+from loomcli.jobs.isolated import (
+    Worker,
+    await_exit,
+    child_env,
+    die_with_parent,
+    end_child,
+    end_process,
+    prepare_child,
+    serve,
+)
 from loomcli.jobs.tasks import WorkerContext
 
 _PACKET = 65536  # requests and replies are small JSON
@@ -189,10 +198,7 @@ class ForkServer:
         if self._proc is not None and not self._answered:
             self._proc.kill()  # still warming up, not reading its socket: nothing of it is needed
         if self._proc is not None:
-            await_exit(self._proc.pid, 10)
-            if self._proc.poll() is None:
-                self._proc.kill()
-                self._proc.wait()
+            end_process(self._proc, 10)
             self._proc = None
         if self._stderr is not None:
             self._stderr.close()

@@ -108,6 +108,16 @@ def await_exit(pid: int, timeout: float | None) -> None:
         os.close(fd)
 
 
+def end_process(proc: Any, timeout: float) -> None:
+    """Give child `proc` (a `subprocess.Popen` or a stand-in) `timeout`
+    seconds to end, then kill it; it is reaped either way."""
+    if proc.poll() is None:  # running, and not reaped: the pid is still this child's
+        await_exit(proc.pid, timeout)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
     chunks = []
     while n:
@@ -167,13 +177,7 @@ class Worker:
                         stream.close()
                 except OSError:
                     pass
-            if self.proc.returncode is None:  # not reaped yet, so the pid is still this child's
-                await_exit(self.proc.pid, 5)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end_process(self.proc, 5)
         self.proc = None
         if self.stderr is not None:
             self.stderr.close()
