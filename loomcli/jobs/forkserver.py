@@ -196,7 +196,13 @@ class ForkServer:
             self._sock.close()  # the server kills what is left, reaps it and exits
             self._sock = None
         if self._proc is not None and not self._answered:
-            self._proc.kill()  # still warming up, not reading its socket: nothing of it is needed
+            # Never used (a prestarted server a build had no work for), so
+            # killed. A thread reaps it: the kernel takes 10 ms to tear down a
+            # process holding LLVM, time the build's end need not wait for.
+            proc = self._proc
+            proc.kill()
+            threading.Thread(target=proc.wait, name="loom-reap", daemon=True).start()
+            self._proc = None
         if self._proc is not None:
             end_process(self._proc, 10)
             self._proc = None

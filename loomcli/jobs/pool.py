@@ -18,8 +18,9 @@ CPUs) and by a `TokenGate` (the implicit slot plus make's jobserver tokens
 when there is one). A slot holds a token only while its worker runs a task.
 
 `close(cancel=True)` is the Ctrl-C / SIGTERM path: queued tasks resolve as
-"cancelled", running workers (and the fork server) are killed, every token goes back and every
-thread and process is joined before `close` returns; no orphan remains.
+"cancelled", running workers (and the fork server) are killed, every token
+goes back and every thread and process is joined before `close` returns;
+no orphan remains.
 """
 
 from __future__ import annotations
