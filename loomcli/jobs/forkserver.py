@@ -4,7 +4,7 @@ Starting a pool worker costs about 0.3 s of CPU: an interpreter, the
 compiler's imports, LLVM's initialization. Paid once per slot, that is 0.6 s
 of a two-core build that lasts 2.5 s, spent while the cores should be
 compiling. Here one server process (`python -m loomcli.jobs.forkserver FD
-MODULE...`) imports and warms the preloaded modules once, then forks a
+BOUND MODULE...`) imports and warms the preloaded modules once, then forks a
 worker per request: every worker starts warm in about a millisecond, and
 the prepared state (parsed pass programs, op tables, LLVM's target
 registry) is shared copy-on-write instead of built again per worker (seed
@@ -85,7 +85,10 @@ class ForkServer:
         self._answered = False  # the running server has replied: it is warm and reads its socket
 
     def start(self) -> None:
-        """Start the server now, without waiting for it to be warm."""
+        """Start the server now, without waiting for it to be warm (nor for
+        a request in flight: then it runs already)."""
+        if self._alive():
+            return
         with self._lock:
             self._ensure()
 
@@ -111,8 +114,11 @@ class ForkServer:
         env = child_env()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
+            # Bound to this thread's life (PR_SET_PDEATHSIG) only when it is the
+            # main thread: a slot thread ends before the pool closes the server.
+            bound = "1" if threading.current_thread() is threading.main_thread() else "0"
             self._proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.forkserver", str(theirs.fileno()),
-                                           *self.preload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           bound, *self.preload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=self._stderr, env=env, close_fds=True,
                                           pass_fds=(theirs.fileno(), *inherited_fds(env)))
         finally:
@@ -314,14 +320,13 @@ def _discard_prestarted() -> None:
 
 
 def _server_main(argv: list[str]) -> None:
-    """`python -m loomcli.jobs.forkserver FD MODULE...`"""
-    fd, *preload = argv
+    """`python -m loomcli.jobs.forkserver FD BOUND MODULE...`"""
+    fd, bound, *preload = argv
     sock = socket.socket(fileno=int(fd))
     # The socket closing ends the server (the pool is done, or the
-    # coordinator died); being bound to the coordinator's thread that started
-    # it also ends one that hangs before it reads the socket. That thread
-    # lives as long as the pool: the main thread, or a slot's thread.
-    prepare_child(preload, bound_to_parent=True)
+    # coordinator died); when the coordinator's main thread started it, being
+    # bound to that thread also ends one that hangs before it reads the socket.
+    prepare_child(preload, bound_to_parent=bound == "1")
     workers: set[int] = set()
     try:
         while True:

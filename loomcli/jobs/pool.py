@@ -184,6 +184,7 @@ class WorkerPool:
         scratch = os.path.join(self._scratch, f"worker-{ordinal}")
         worker: Worker
         if self._server is not None:
+            self._server.start()  # from the submitting thread, which outlives the slot threads
             worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
         else:
             worker = Worker(self._preload, entry="loomcli.jobs.pool", args=[str(ordinal), scratch, *self._preload])
