@@ -367,17 +367,20 @@ def _server_main(argv: list[str]) -> None:
 def _reap(pid: int, block: bool, timeout: float | None) -> int | None:
     """The worker's return code once it ended, else None (after `timeout`
     seconds when blocking; None: no limit)."""
-    for attempt in (0, 1):
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return -signal.SIGKILL
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if attempt or not block:
-            return None
+    code = _reaped(pid)
+    if code is None and block:
         await_exit(pid, timeout)
-    return None
+        code = _reaped(pid)
+    return code
+
+
+def _reaped(pid: int) -> int | None:
+    """Reap the worker if it has ended: its return code, else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -signal.SIGKILL
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 def _worker(sock: socket.socket, fds: list[int], request: dict[str, Any], server: int) -> NoReturn:

@@ -121,8 +121,6 @@ class WorkerPool:
         coordinator does other work. Returns at once: each slot thread starts
         its own worker."""
         with self._cond:
-            if self._server is not None:
-                self._server.start()
             want = min(self._jobs, n if n is not None else self._jobs)
             while len(self._workers) < want:
                 self._new_slot()
