@@ -200,20 +200,71 @@ def test_files_changed_just_now_are_not_trusted_by_stat(tmp_path: Path, fresh_ca
     assert recorded["inputs"] == {}
 
 
-def test_cold_cache_only_and_no_cache_give_identical_bytes(tmp_path: Path, fresh_cache: Path) -> None:
+def test_cold_cache_only_and_no_cache_give_identical_bytes(tmp_path: Path, fresh_cache: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     project = make_project(tmp_path / "p", sets=3, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"))
     out = project / "build" / "loom"
     trace = tmp_path / "t.json"
     results = {}
     for name, flags in [("cold", []), ("cache-only", []), ("no-cache", ["--no-cache"])]:
         shutil.rmtree(out, ignore_errors=True)
-        assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace), *flags) == 0
+        with monkeypatch.context() as m:
+            if name == "cache-only":  # every item hits before scheduling: no pool, no jobserver
+                m.setattr("loomcli.jobs.session.compile_session", _no_session)
+            assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace), *flags) == 0
         results[name] = outputs(out)
+        if name == "cache-only":  # the lookups still count in the cache's totals
+            assert json.loads((fresh_cache / "stats.json").read_text())["hits"] == 6
         # One task per kernel set: its front end runs once for both targets.
         names = sorted(e["name"] for e in trace_events(trace))
         assert names == ([] if name == "cache-only" else [f"set{s} spirv:vulkan1.3,amdgpu:gfx1100" for s in range(3)])
     assert results["cold"] == results["cache-only"] == results["no-cache"]
     assert len(results["cold"]) == 3 * 2 * 3
+
+
+def test_sigterm_while_cache_hits_are_published_is_an_interrupt(tmp_path: Path, fresh_cache: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Cache hits are published before any compile session; SIGTERM there
+    still takes the Ctrl-C path (exit 130, nothing partial), not the default
+    action that would end the process on the spot."""
+    import signal
+
+    from loomcli.build import engine
+
+    project = make_project(tmp_path / "p", sets=3)
+    out = project / "build" / "loom"
+    assert run("build", str(project), "-q") == 0
+    built = outputs(out)
+    shutil.rmtree(out)
+    publish = engine._from_cache
+    calls = []
+
+    def terminated(*args: object) -> bool:
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered before this call returns
+        return publish(*args)  # type: ignore[arg-type]
+
+    def unhandled(signum: int, frame: object) -> None:  # what would end pytest, were loom not handling SIGTERM
+        calls.append(0)
+
+    monkeypatch.setattr(engine, "_from_cache", terminated)
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        assert run("build", str(project), "-q") == 130
+    finally:
+        assert signal.signal(signal.SIGTERM, before) is unhandled  # restored on the way out
+    assert "interrupted" in capsys.readouterr().err
+    assert calls == [1, 1]
+    assert not list(out.rglob(".loom-*.tmp")) and not (out / ".loom-build.json").exists()
+    monkeypatch.setattr(engine, "_from_cache", publish)
+    assert run("build", str(project), "-q") == 0
+    assert outputs(out) == built
+
+
+def _no_session(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a compile session was opened")
 
 
 def test_a_whole_build_through_the_inline_sink(tmp_path: Path, fresh_cache: Path) -> None:
@@ -378,7 +429,8 @@ command.program.def public @go() launch(%x: buffer) {
 """
 
 
-def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fresh_cache: Path) -> None:
+def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fresh_cache: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     extra = '\n[[command]]\nname = "go"\nsrcs = ["cmd/go.loom"]\nlibraries = ["twice"]\n'
     project = make_project(tmp_path / "p", sets=1, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"), extra=extra)
     (project / "cmd").mkdir()
@@ -393,7 +445,9 @@ def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fr
     assert run("build", str(project), "-q", "--trace", str(trace)) == 0
     assert trace_events(trace) == []
     shutil.rmtree(out / "amdgpu-gfx1100" / "go")
-    assert run("build", str(project), "-q", "--trace", str(trace)) == 0
+    with monkeypatch.context() as m:
+        m.setattr("loomcli.jobs.session.compile_session", _no_session)
+        assert run("build", str(project), "-q", "--trace", str(trace)) == 0
     assert trace_events(trace) == [] and outputs(out) == cold  # from the cache, nothing compiled
     shutil.rmtree(out)
     assert run("build", str(project), "-q", "-j", "1", "--no-cache") == 0

@@ -40,6 +40,7 @@ from loomcli.errors import LoomError, atomic_write
 if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
     from concurrent.futures import Future
 
+    from loomcli.cache import Cache
     from loomcli.diagnostics import Diagnostic
     from loomcli.jobs.compile import CompileOutcome
     from loomcli.jobs.pool import TaskEvent
@@ -172,7 +173,22 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
     rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
     new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding} | current
+    cache: Cache | None = None
+    if rebuilding:
+        from loomcli.cache import open_cache
+        from loomcli.jobs.jobserver import parse_makeflags
+
+        _clean_strays(out_dir)
+        cache = open_cache(options.no_cache, warn=warn)
+        # Cache before scheduling: every hit is published here, so a build
+        # whose stale items all hit opens no compile session (no pool, no
+        # served jobserver, no compile imports). `make -n` publishes nothing.
+        if cache is not None and not parse_makeflags(os.environ.get("MAKEFLAGS")).dry_run:
+            todo = [i for i in todo if not _from_cache(i, cache, report, progress, new_state)]
+            commands_todo = [c for c in commands_todo if not _from_cache(c, cache, report, progress, new_state)]
     if not todo and not commands_todo:
+        if cache is not None:
+            cache.record_totals()
         if options.trace is not None:
             from loomcli.jobs.session import write_trace
 
@@ -183,12 +199,11 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     from loomcli.jobs.session import compile_session
     from loomcli.jobs.tasks import Task
 
-    _clean_strays(out_dir)
     sets = list(dict.fromkeys(i.kernels for i in todo))
     from loomcli.jobs.pool import resolve_jobs
 
     hint = len(sets) + (resolve_jobs(options.jobs) if commands_todo else 0)
-    with compile_session(options.jobs, hint, targets, no_cache=options.no_cache, warn=warn,
+    with compile_session(options.jobs, hint, targets, no_cache=cache is None, cache=cache, warn=warn,
                          trace_path=options.trace, on_event=progress.finished,
                          on_start=lambda task, ordinal: progress.started(task.label),
                          preload=("loomcli.build.tasks",), jobserver_style=options.jobserver_style) as session:
@@ -197,27 +212,16 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
             for item in [*todo, *commands_todo]:
                 progress.message(f"would build {item.label}")
             return report
-        cache = session.cache
         pending: dict[Future[TaskResult], list[Item]] = {}
         libraries = _Libraries(project, sources)
         stop = False
-        by_set: dict[str, list[Item]] = {}
+        misses_of: dict[str, list[Item]] = {}
         for item in todo:
-            by_set.setdefault(item.kernels.name, []).append(item)
+            misses_of.setdefault(item.kernels.name, []).append(item)
         for ks in sets:
             if stop:
                 break
-            misses = []
-            for item in by_set[ks.name]:
-                data = cache.get(item.key) if cache is not None else None
-                outcome = _decode(data) if data is not None else None
-                if outcome is not None and outcome.ok:
-                    new_state[_state_name(item)] = _write(item, outcome)
-                    _done(report, progress, item, "cached")
-                else:
-                    misses.append(item)
-            if not misses:
-                continue
+            misses = misses_of[ks.name]
             if not pending:
                 session.warm()  # workers start while the coordinator prepares the rest
             try:
@@ -251,6 +255,27 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     return report
 
 
+def _from_cache(item: Item | CommandItem, cache: Cache, report: BuildReport, progress: Progress,
+                state: dict[str, Any]) -> bool:
+    """Publish the item's outputs from the cache; False: a miss (an entry
+    that does not decode is one too, and the rebuild overwrites it)."""
+    data = cache.get(item.key)
+    if data is None:
+        return False
+    if isinstance(item, CommandItem):
+        files = _decode_files(data)
+        if files is None:
+            return False
+        state[_state_name(item)] = _publish(item, files)
+    else:
+        outcome = _decode(data)
+        if outcome is None or not outcome.ok:
+            return False
+        state[_state_name(item)] = _write(item, outcome)
+    _done(report, progress, item, "cached")
+    return True
+
+
 def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: _Libraries,
                 sources: _SourceReader) -> tuple[dict[str, Any], bytes]:
     """The kernel-set task's header and payload (loomcli.build.tasks)."""
@@ -270,9 +295,9 @@ def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: 
 def _build_command(project: Project, item: CommandItem, session: Any, report: BuildReport, progress: Progress,
                    diagnostics: Callable[[list[Diagnostic]], None], state: dict[str, Any],
                    options: BuildOptions) -> bool:
-    """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9): its
-    outputs from the cache, else the product built here with its kernel
-    requests compiled through the session's service. True: stop the build."""
+    """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9) that
+    the cache missed: the product built here with its kernel requests
+    compiled through the session's service. True: stop the build."""
     from loomcli.diagnostics import CompileError
     from loomcli.frontier import FrontierOptions, build_command_product
     from loomcli.frontier.compiling import RequestCompiler
@@ -280,12 +305,6 @@ def _build_command(project: Project, item: CommandItem, session: Any, report: Bu
     from loomcli.targets.profiles import parse_target
 
     cache = session.cache
-    data = cache.get(item.key) if cache is not None else None
-    files = _decode_files(data) if data is not None else None
-    if files is not None:
-        state[_state_name(item)] = _publish(item, files)
-        _done(report, progress, item, "cached")
-        return False
     command = item.command
     srcs = [project.path(rel) for rel in command.srcs]
     libraries = [project.path(rel) for lib in library_closure(project, command.libraries)
@@ -378,12 +397,17 @@ class _Stop(Exception):
 
 def run_build(project: Project, options: BuildOptions, progress: Progress,
               diagnostics: Callable[[list[Diagnostic]], None], warn: Callable[[str], None]) -> BuildReport:
-    """`build_project`, with the first failure (no --keep-going) ending it cleanly."""
-    try:
-        return build_project(project, options, progress, diagnostics, warn)
-    except _Stop as stop:
-        _finish(stop.report, stop.book, stop.state)
-        return stop.report
+    """`build_project`, with the first failure (no --keep-going) ending it
+    cleanly, and SIGTERM taken as Ctrl-C from the first step (publishing
+    cache hits happens before any compile session)."""
+    from loomcli.jobs.interrupts import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        try:
+            return build_project(project, options, progress, diagnostics, warn)
+        except _Stop as stop:
+            _finish(stop.report, stop.book, stop.state)
+            return stop.report
 
 
 def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport, progress: Progress,

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -23,6 +21,7 @@ from loomcli.cache import Cache, open_cache
 from loomcli.errors import atomic_write
 from loomcli.jobs import forkserver
 from loomcli.jobs.compile import CompileService
+from loomcli.jobs.interrupts import sigterm_as_interrupt
 from loomcli.jobs.jobserver import Jobserver, JobserverServer, TokenGate, connect
 from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
 from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
@@ -95,10 +94,13 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
                     warn: Callable[[str], None] | None = None, trace_path: str | None = None,
                     on_event: Callable[[TaskEvent], None] | None = None,
                     on_start: Callable[[Task, int], None] | None = None,
-                    preload: tuple[str, ...] = (), jobserver_style: str = "fifo") -> Iterator[Session]:
+                    preload: tuple[str, ...] = (), jobserver_style: str = "fifo",
+                    cache: Cache | None = None) -> Iterator[Session]:
     """A session with a sink sized for `tasks_hint` tasks (see the module docstring).
     A parallel session without an inherited jobserver serves its own
-    (`JobserverServer` of `jobserver_style`) to the processes it starts."""
+    (`JobserverServer` of `jobserver_style`) to the processes it starts.
+    `cache` is one the caller already opened (and looked up before
+    scheduling); without it the session opens one unless `no_cache`."""
     warned: list[str] = []
 
     def say(message: str) -> None:
@@ -114,10 +116,11 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
         n = 1  # an advertised but unusable jobserver: serial work
     elif jobserver is not None and explicit is None:
         n = resolve_jobs(None)  # the tokens bound concurrency; -j only caps the workers
-    cache = open_cache(no_cache, warn=say)
+    if cache is None:
+        cache = open_cache(no_cache, warn=say)
     width = max(1, min(n, tasks_hint))
     serving = jobserver is None and problem is None and not dry_run and width > 1
-    with _sigterm_as_interrupt(), _served_jobserver(serving, n, jobserver_style, say) as server:
+    with sigterm_as_interrupt(), _served_jobserver(serving, n, jobserver_style, say) as server:
         if server is not None:
             jobserver = server.client()
         gate = TokenGate(jobserver, width)
@@ -194,23 +197,6 @@ def _prune_if_large(cache: Cache) -> None:
         _, size = cache.usage()
         if size > cache.max_size:
             cache.prune()
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path (drain, return tokens, exit 130-ish) while a session runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def write_trace(path: str, events: list[TaskEvent], jobserver: Jobserver | None = None,
