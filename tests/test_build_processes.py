@@ -6,6 +6,7 @@ is stopped, the result must be the same."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import random
@@ -248,3 +249,23 @@ def test_a_no_op_build_loads_no_compiler(tmp_path: Path) -> None:
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stderr == "loaded: \n", again.stderr
     assert "4 up to date" in again.stdout
+
+
+@pytest.mark.parametrize(("jobs", "inline"), [("2", False), ("1", True)])
+def test_a_single_kernel_set_runs_in_a_worker_of_the_prestarted_server(tmp_path: Path, jobs: str,
+                                                                       inline: bool) -> None:
+    """One task is compiled inline, unless the entry point prestarted a fork
+    server (a parallel `loom build`): then a worker forked from it, already
+    warm, compiles it. The bytes are the same either way."""
+    project = make_project(tmp_path / "p", sets=1, per_set=1, targets=("amdgpu:gfx1100",))
+    trace = tmp_path / "t.json"
+    proc = subprocess.Popen([sys.executable, "-m", "loomcli", "build", str(project), "-q", "-j", jobs, "--no-cache",
+                             "--trace", str(trace)], env=env_for(tmp_path / "cache"), stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) == 1 and (events[0]["pid"] == proc.pid) == inline
+    reference = make_project(tmp_path / "reference", sets=1, per_set=1, targets=("amdgpu:gfx1100",))
+    assert subprocess.run(loom("build", str(reference), "-q", "-j", "1", "--no-cache"),
+                          env=env_for(tmp_path / "cache"), timeout=600).returncode == 0
+    assert outputs(project / "build" / "loom") == outputs(reference / "build" / "loom")

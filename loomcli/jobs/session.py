@@ -1,6 +1,7 @@
 """One compile session as `loom compile` and `loom build` run it: settings
 read once (`-j`, `LOOM_JOBS`, `MAKEFLAGS`, the cache), a sink chosen for the
-amount of work (in this process for one task, the warm pool for more), every
+amount of work (in this process for one task, the warm pool for more, or for
+one task too when a fork server was prestarted), every
 task timed for `--trace` (or `LOOM_TRACE_DIR`), and a teardown that returns
 every jobserver token and leaves no process behind on success, failure,
 Ctrl-C or SIGTERM.
@@ -124,14 +125,16 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
         if server is not None:
             jobserver = server.client()
         gate = TokenGate(jobserver, width)
+        modules = preload_for(targets, preload)
+        # A fork server prestarted by the entry point serves this pool, unless
+        # its workers must inherit a pipe jobserver newer than it. Being warm
+        # already, it serves even a single task: inline, LLVM would start in
+        # a child process of its own (`loomcli.emit.llvm.backend.codegen`).
+        early = forkserver.adopt(modules) if not (serving and jobserver_style == "pipe") else None
         sink: TimedInline | WorkerPool
-        if width <= 1:
+        if width <= 1 and early is None:
             sink = TimedInline(gate, on_event)
         else:
-            modules = preload_for(targets, preload)
-            # A fork server prestarted by the entry point serves this pool,
-            # unless its workers must inherit a pipe jobserver newer than it.
-            early = forkserver.adopt(modules) if not (serving and jobserver_style == "pipe") else None
             sink = WorkerPool(width, modules, gate, on_event=on_event, on_start=on_start, server=early)
         session = Session(CompileService(sink, cache), cache, width, dry_run, jobserver, gate, sink, warned)
         interrupted = False
