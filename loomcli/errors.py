@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 EXIT_OK, EXIT_COMPILE, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 
@@ -32,8 +32,9 @@ class UsageError(LoomError):
 
 
 def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a
-    rename, so a failure or a kill never leaves a partial or stale output.
+    """Write `data` to `path` so that it appears complete or not at all (an
+    anonymous or temporary file in the same folder, then a link or a rename):
+    a failure or a kill never leaves a partial or stale output.
     Special files are written in place and symlinks through to their target:
     see `write_outputs`, which also publishes several outputs all or nothing."""
     write_outputs([(path, data)], mode=mode)
@@ -42,9 +43,13 @@ def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
 # ---------------------------------------------------------------- publishing outputs
 #
 # `write_outputs` publishes all of a command's outputs or none:
-#   * every regular-file output is first staged as a temporary file beside its
-#     destination, then all are renamed into place, so a failure (or a kill)
-#     leaves neither a partial file nor some outputs without the others;
+#   * every regular-file output is first written in full where nobody sees it,
+#     then all are put in place, so a failure (or a kill) leaves neither a
+#     partial file nor some outputs without the others. On Linux that is an
+#     anonymous file (O_TMPFILE) in the destination's folder, linked to its
+#     name when the name is free (one directory change per output, and a
+#     killed loom leaves nothing behind), else linked under a temporary name
+#     and renamed over the old file; elsewhere a named temporary file;
 #   * character and block devices, FIFOs and sockets are written directly,
 #     never replaced (`-o /dev/null` stays a device);
 #   * a symlink is written through to its target, atomically, beside the target;
@@ -68,19 +73,27 @@ def _io_error(e: OSError, path: str) -> OSError:
     return OSError(e.errno, e.strerror or str(e), path)
 
 
-def _destination(path: str) -> tuple[str, bool]:
-    """(where to write, whether to write it in place): symlinks resolve to
-    their target; special files are written in place."""
-    real = os.path.realpath(path) if os.path.islink(path) else path
+def _destination(path: str) -> tuple[str, bool, bool]:
+    """(where to write, whether to write it in place, whether it exists):
+    symlinks resolve to their target; special files are written in place."""
     try:
-        mode = os.stat(real).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
-        return real, False
+        return path, False, False
     except OSError as e:
         raise _io_error(e, path) from None
-    if stat.S_ISDIR(mode):
+    real = path
+    if stat.S_ISLNK(st.st_mode):
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:  # a dangling link: the file is made at its target
+            return real, False, False
+        except OSError as e:
+            raise _io_error(e, path) from None
+    if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory", path)
-    return real, not stat.S_ISREG(mode)
+    return real, not stat.S_ISREG(st.st_mode), True
 
 
 def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = (),
@@ -92,73 +105,162 @@ def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = 
     for path in inputs:
         if path != STDOUT:
             seen[_identity(path) or os.path.realpath(path)] = path
-    plan: list[tuple[str, str, bool, bytes]] = []
+    plan: list[tuple[str, str, bool, bool, bytes]] = []  # (path, destination, in place, exists, data)
     outs: set[tuple[int, int] | str] = set()
     # One output and no inputs can clash with nothing: no identity to compute
     # (a realpath per new file, which a build of many outputs felt).
     alone = len(outputs) == 1 and not seen
     for path, data in outputs:
         if path == STDOUT:
-            plan.append((path, path, True, data))
+            plan.append((path, path, True, True, data))
             continue
-        real, direct = _destination(path)
-        if alone:
-            plan.append((path, real, direct, data))
-            continue
-        key = _identity(real) or os.path.realpath(real)
-        if key in seen and key not in outs:
-            raise UsageError(f"output {path} is also an input")
-        if key in outs:
-            raise UsageError(f"output {path} is written twice")
-        outs.add(key)
-        seen[key] = path
-        plan.append((path, real, direct, data))
-    staged: list[tuple[str, str, str]] = []  # (shown path, temp file, destination)
+        real, direct, exists = _destination(path)
+        if not alone:
+            key = _identity(real) or os.path.realpath(real)
+            if key in seen and key not in outs:
+                raise UsageError(f"output {path} is also an input")
+            if key in outs:
+                raise UsageError(f"output {path} is written twice")
+            outs.add(key)
+            seen[key] = path
+        plan.append((path, real, direct, exists, data))
+    staged: list[_Staged] = []
+    links = _Links()
     try:
-        for path, real, direct, data in plan:
+        for path, real, direct, exists, data in plan:
             if not direct:
-                staged.append((path, _stage(path, real, data, mode), real))
-        for path, real, direct, data in plan:
+                staged.append(_stage(path, real, exists, data, mode, links))
+        for path, real, direct, _, data in plan:
             if direct:
                 _write_direct(path, real, data)
-        while staged:
-            path, tmp, real = staged[0]
-            try:
-                os.replace(tmp, real)
-            except OSError as e:
-                raise _io_error(e, path) from None
-            staged.pop(0)
+        for output in staged:
+            output.publish(links)
     finally:
-        for _, tmp, _ in staged:
+        for output in staged:
+            output.discard()
+        links.close()
+
+
+class _Links:
+    """`/proc/self/fd`, opened once per `write_outputs`: an anonymous file
+    (O_TMPFILE) is given its name by linking it from there. None where the
+    system has no O_TMPFILE or no /proc: outputs are then staged as named
+    temporary files."""
+
+    def __init__(self) -> None:
+        self.proc: int | None = None
+        self.opened = False
+
+    def folder(self) -> int | None:
+        if not self.opened:
+            self.opened = True
+            if hasattr(os, "O_TMPFILE"):
+                try:
+                    self.proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    pass
+        return self.proc
+
+    def close(self) -> None:
+        if self.proc is not None:
+            os.close(self.proc)
+            self.proc = None
+
+
+class _Staged:
+    """One output written in full but not yet visible at its path. It is an
+    anonymous file (`fd`) where the system has them: one that a failed or
+    killed loom leaves nowhere, and that a single link publishes when the
+    path is free. Elsewhere, or when the path exists and must be replaced
+    by a rename, it is (also) a named temporary file beside the destination."""
+
+    __slots__ = ("exists", "fd", "real", "shown", "tmp")
+
+    def __init__(self, shown: str, real: str, exists: bool) -> None:
+        self.shown = shown
+        self.real = real
+        self.exists = exists
+        self.fd = -1
+        self.tmp: str | None = None
+
+    def publish(self, links: _Links) -> None:
+        try:
+            if self.fd >= 0:
+                proc = links.folder()
+                assert proc is not None
+                if not self.exists:
+                    try:
+                        os.link(str(self.fd), self.real, src_dir_fd=proc, follow_symlinks=True)
+                        return
+                    except FileExistsError:  # it appeared meanwhile: replace it like any other
+                        pass
+                self.tmp = _temp_file(os.path.dirname(os.path.abspath(self.real)),
+                                      lambda tmp: os.link(str(self.fd), tmp, src_dir_fd=proc, follow_symlinks=True))[0]
+            assert self.tmp is not None
+            os.replace(self.tmp, self.real)
+            self.tmp = None
+        except OSError as e:
+            raise _io_error(e, self.shown) from None
+
+    def discard(self) -> None:
+        """Close the anonymous file and remove a temporary name left unpublished."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.tmp is not None:
             try:
-                os.unlink(tmp)
+                os.unlink(self.tmp)
             except OSError:
                 pass
+            self.tmp = None
 
 
-def _stage(path: str, real: str, data: bytes, mode: int | None) -> str:
-    folder = os.path.dirname(os.path.abspath(real))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".loom-", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise _io_error(e, path) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-    except BaseException as e:
+_T = TypeVar("_T")
+
+
+def _temp_file(folder: str, create: Callable[[str], _T]) -> tuple[str, _T]:
+    """`create` a new `.loom-*.tmp` beside an output, under a random name
+    (another while one is taken)."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".loom-{os.urandom(6).hex()}.tmp")
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            return tmp, create(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(17, "no free temporary name", folder)
+
+
+def _stage(path: str, real: str, exists: bool, data: bytes, mode: int | None, links: _Links) -> _Staged:
+    """Write `data` where nobody sees it yet (see `_Staged`). Created 0o666,
+    the umask applies as for any new file; `mode` is set exactly."""
+    folder = os.path.dirname(os.path.abspath(real))
+    output = _Staged(path, real, exists)
+    try:
+        if links.folder() is not None:
+            try:
+                output.fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+            except OSError:  # a file system without anonymous files: a named one (or its error) below
+                pass
+        if output.fd < 0:
+            output.tmp, fd = _temp_file(
+                folder, lambda tmp: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        else:
+            fd = output.fd
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if mode is not None:
+                os.fchmod(fd, mode)
+        finally:
+            if fd != output.fd:
+                os.close(fd)
+    except BaseException as e:
+        output.discard()
         if isinstance(e, OSError):
             raise _io_error(e, path) from None
         raise
-    return tmp
+    return output
 
 
 def _write_direct(path: str, real: str, data: bytes) -> None:

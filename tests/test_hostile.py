@@ -207,7 +207,39 @@ def test_one_failing_output_leaves_no_output(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_write_outputs_all_or_nothing_in_process(tmp_path: Path) -> None:
+@pytest.fixture(params=["anonymous", "named"])
+def staging(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways an output is staged: an anonymous file (O_TMPFILE, Linux)
+    and the named temporary file used where there is none."""
+    from loomcli import errors
+
+    if request.param == "named":
+        monkeypatch.setattr(errors._Links, "folder", lambda self: None)
+    elif errors._Links().folder() is None:
+        pytest.skip("no O_TMPFILE or no /proc here: only named temporary files")
+    return str(request.param)
+
+
+def test_write_outputs_publish_new_replaced_and_linked_files(tmp_path: Path, staging: str) -> None:
+    fresh, old, target = tmp_path / "new.bin", tmp_path / "old.bin", tmp_path / "target.bin"
+    old.write_bytes(b"stale and longer")
+    target.write_bytes(b"t")
+    link = tmp_path / "link.bin"
+    link.symlink_to(target.name)
+    umask = os.umask(0o027)
+    try:
+        write_outputs([(str(fresh), b"1"), (str(old), b"2"), (str(link), b"3")])
+    finally:
+        os.umask(umask)
+    assert (fresh.read_bytes(), old.read_bytes(), target.read_bytes()) == (b"1", b"2", b"3")
+    assert link.is_symlink()
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o640  # created as any new file: 0o666 less the umask
+    write_outputs([(str(fresh), b"4" * 100_000)], mode=0o604)
+    assert fresh.read_bytes() == b"4" * 100_000 and stat.S_IMODE(fresh.stat().st_mode) == 0o604
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.bin", "new.bin", "old.bin", "target.bin"]
+
+
+def test_write_outputs_all_or_nothing_in_process(tmp_path: Path, staging: str) -> None:
     good = tmp_path / "a.bin"
     with pytest.raises(OSError) as e:
         write_outputs([(str(good), b"a"), (str(tmp_path / "no" / "b.bin"), b"b")])
