@@ -54,7 +54,7 @@ def _prestart_workers(args: list[str]) -> None:
     """A `loom build` that is not a no-op almost always compiles: start its
     pool's fork server now, so it warms up (0.25 s) while the command line,
     the project and the sources are read, instead of after (see
-    `loomcli.jobs.forkserver.prestart`). Not when the build can only run
+    `loomcli.jobs.spawn.prestart`). Not when the build can only run
     serially; unused, it is killed at exit."""
     import os
 
@@ -72,9 +72,9 @@ def _prestart_workers(args: list[str]) -> None:
         return
     if jobs is None and len(os.sched_getaffinity(0)) < 2:
         return
-    from loomcli.jobs import forkserver
+    from loomcli.jobs import spawn
 
-    forkserver.prestart(BUILD_PRELOAD)
+    spawn.prestart(BUILD_PRELOAD)
 
 
 def _end(code: object) -> NoReturn:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loomcli.cache import Cache
-from loomcli.jobs import forkserver
+from loomcli.jobs import forkserver, spawn
 from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
 from loomcli.jobs.jobserver import TokenGate
 from loomcli.jobs.pool import WorkerPool, resolve_jobs
@@ -184,21 +184,38 @@ def test_a_dead_fork_server_fails_the_running_task_and_is_started_again(task_pat
 def test_a_prestarted_server_is_adopted_once_or_killed_at_exit(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"
+        "from loomcli.jobs import spawn\n"
+        "jobserver, other = os.pipe(), os.pipe()\n"
+        "for fd in (*jobserver, *other):\n"
+        "    os.set_inheritable(fd, True)\n"
+        "os.environ['MAKEFLAGS'] = ' -j2 --jobserver-auth=%d,%d' % jobserver\n"
+        "spawn.prestart(('loomcli.jobs.tasks', 'loomcli.jobs.compile'))\n"
+        "del os.environ['MAKEFLAGS']\n"
+        "assert set(sys.modules) & {'subprocess', 'socket', 'loomcli.jobs.forkserver'} == set()  # started light\n"
+        "pid = spawn._started[0].process.pid\n"
+        "held = {os.readlink(f'/proc/{pid}/fd/{n}') for n in os.listdir(f'/proc/{pid}/fd')}\n"
+        "# It keeps the jobserver's pipe that MAKEFLAGS names; any other descriptor we inherited is closed.\n"
+        "assert os.readlink(f'/proc/self/fd/{jobserver[0]}') in held, held\n"
+        "assert os.readlink(f'/proc/self/fd/{other[0]}') not in held, held\n"
+        "print(pid, flush=True)\n"
         "from loomcli.jobs import forkserver\n"
-        "forkserver.prestart(('loomcli.jobs.tasks', 'loomcli.jobs.compile'))\n"
-        "server = forkserver._prestarted[0]\n"
-        "print(server._proc.pid)\n"
+        "from loomcli.jobs.pool import WorkerPool\n"
+        "from loomcli.jobs.tasks import Task\n"
         "assert forkserver.adopt(('loomcli.jobs.compile', 'loomcli.build.tasks')) is None  # not covered\n"
         "if sys.argv[1] == 'adopt':\n"
-        "    assert forkserver.adopt(('loomcli.jobs.compile',)) is server\n"
-        "    assert forkserver.adopt(('loomcli.jobs.compile',)) is None  # handed out once\n"
-        "    server.close()\n"
+        "    server = forkserver.adopt(('loomcli.jobs.compile',))\n"
+        "    assert server is not None and forkserver.adopt(('loomcli.jobs.compile',)) is None  # handed out once\n"
+        "    with WorkerPool(1, ('loomcli.jobs.compile',), server=server) as pool:\n"
+        "        result = pool.submit(Task('pool_tasks:environ')).result()\n"
+        "    print(result.value.decode())\n"
     )
     for mode in ("adopt", "exit"):
         r = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + TASKS})
         assert r.returncode == 0, r.stderr
         pid = int(r.stdout.split()[0])
+        if mode == "adopt":  # the task ran in a worker forked from that server
+            assert json.loads(r.stdout.split(None, 1)[1])["ppid"] == pid
         deadline = time.monotonic() + 30  # a bound for the kernel to finish a SIGKILL, not a timing assertion
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -220,10 +237,10 @@ def test_the_entry_point_prestarts_a_server_only_for_a_parallel_build(
     monkeypatch.delenv("LOOM_JOBS", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(forkserver, "prestart", lambda preload: calls.append(tuple(preload)))
+    monkeypatch.setattr(spawn, "prestart", lambda preload: calls.append(tuple(preload)))
     calls: list[tuple[str, ...]] = []
     entry._prestart_workers(args)
-    assert calls == ([entry.BUILD_PRELOAD] if started and forkserver.available() else [])
+    assert calls == ([entry.BUILD_PRELOAD] if started else [])
 
 
 def test_jobs_come_from_the_flag_then_loom_jobs() -> None:

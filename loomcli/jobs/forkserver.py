@@ -34,7 +34,6 @@ died is started again. Where fork and descriptor passing are not available
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import signal
@@ -46,10 +45,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from loomcli.jobs import spawn
 from loomcli.jobs.isolated import (
     Worker,
     await_exit,
-    child_env,
     die_with_parent,
     end_child,
     end_process,
@@ -76,7 +75,7 @@ class ForkServer:
 
     def __init__(self, preload: Sequence[str]) -> None:
         self.preload = tuple(preload)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | spawn.SpawnedProcess | None = None
         self._sock: socket.socket | None = None
         self._stderr: Any = None
         self._lock = threading.Lock()
@@ -91,6 +90,14 @@ class ForkServer:
             return
         with self._lock:
             self._ensure()
+
+    def _adopt(self, started: spawn.Started) -> None:
+        """Take over a server started before this object (`adopt`)."""
+        self.generation += 1
+        self._answered = False
+        self._proc = started.process
+        self._sock = socket.socket(fileno=started.sock)
+        self._stderr = os.fdopen(started.stderr, "w+b")
 
     def serves(self, generation: int) -> bool:
         """Whether the server of `generation` is still running."""
@@ -109,9 +116,7 @@ class ForkServer:
         self.generation += 1
         self._answered = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        from loomcli.jobs.jobserver import inherited_fds
-
-        env = child_env()
+        env = spawn.child_env()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         try:
             # Bound to this thread's life (PR_SET_PDEATHSIG) only when it is the
@@ -120,7 +125,7 @@ class ForkServer:
             self._proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.forkserver", str(theirs.fileno()),
                                            bound, *self.preload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=self._stderr, env=env, close_fds=True,
-                                          pass_fds=(theirs.fileno(), *inherited_fds(env)))
+                                          pass_fds=(theirs.fileno(), *spawn.inherited_fds(env)))
         finally:
             theirs.close()
         self._sock = ours
@@ -284,36 +289,16 @@ class ForkedWorker(Worker):
 
 # ------------------------------------------------- a server started before it is known to be needed
 
-_prestarted: list[ForkServer] = []  # at most one, until a pool adopts it or the process exits
-
-
-def prestart(preload: Sequence[str]) -> None:
-    """Start a server now, for a command that will probably compile in a
-    pool (`loom build` once its no-op check failed): it warms up while the
-    command line is parsed, the project read and the sources hashed, work
-    that would otherwise all come before it. The first pool whose preload
-    it covers adopts it (`adopt`); if none does, it is killed at exit."""
-    if _prestarted or not available():
-        return
-    server = ForkServer(preload)
-    server.start()
-    _prestarted.append(server)
-    atexit.register(_discard_prestarted)
-
 
 def adopt(preload: Sequence[str]) -> ForkServer | None:
-    """The prestarted server, if there is one that imports at least `preload`
-    (handed out once)."""
-    if _prestarted and set(preload) <= set(_prestarted[0].preload):
-        return _prestarted.pop()
-    return None
-
-
-def _discard_prestarted() -> None:
-    while _prestarted:
-        server = _prestarted.pop()
-        server.kill()
-        server.close()
+    """The server `loomcli.jobs.spawn.prestart` started, as a `ForkServer`, if
+    there is one that imports at least `preload` (handed out once)."""
+    started = spawn.take(preload)
+    if started is None:
+        return None
+    server = ForkServer(started.preload)
+    server._adopt(started)
+    return server
 
 
 # ---------------------------------------------------------------- the server

@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, NoReturn
 
+from loomcli.jobs.spawn import child_env, inherited_fds
+
 _FRAME = struct.Struct("<II")
 _STATUS = struct.Struct("<B")
 
@@ -74,14 +76,6 @@ class WorkerCrash(Exception):
 
 class RemoteError(Exception):
     """The function raised in the worker; the worker is still healthy."""
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a worker child: ours, with this loomcli first on PYTHONPATH."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def await_exit(pid: int, timeout: float | None) -> None:
@@ -161,8 +155,6 @@ class Worker:
         its stderr in `self.stderr`."""
         env = child_env()
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
-        from loomcli.jobs.jobserver import inherited_fds
-
         # The jobserver MAKEFLAGS advertises stays usable in the child (a pipe
         # one needs its descriptors; every other descriptor is closed).
         return subprocess.Popen([sys.executable, "-m", self.entry, *self.args],

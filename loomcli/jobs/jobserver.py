@@ -35,6 +35,11 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+# Reading MAKEFLAGS lives with the light start-up code that needs it first; it is the jobserver's business too.
+from loomcli.jobs.spawn import MakeFlags as MakeFlags
+from loomcli.jobs.spawn import inherited_fds as inherited_fds
+from loomcli.jobs.spawn import parse_makeflags as parse_makeflags
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -46,30 +51,6 @@ class Slot:
 
 IMPLICIT = Slot(implicit=True)  # the slot every process owns without a token
 LOCAL = Slot()
-
-
-@dataclass(frozen=True)
-class MakeFlags:
-    auth: str | None  # "R,W" or "fifo:PATH"; the last one given
-    dry_run: bool     # make -n
-
-
-def parse_makeflags(value: str | None) -> MakeFlags:
-    """What `MAKEFLAGS` says about the jobserver and dry runs."""
-    auth = None
-    dry_run = False
-    words = (value or "").split()
-    for i, word in enumerate(words):
-        if word == "--":  # variable assignments follow
-            break
-        if word.startswith("--jobserver-auth=") or word.startswith("--jobserver-fds="):
-            auth = word.partition("=")[2]
-        elif word.startswith("-") and not word.startswith("--"):
-            if "n" in word[1:] and not any(c.isdigit() for c in word[1:]) and "=" not in word:
-                dry_run = True
-        elif i == 0 and "=" not in word:  # GNU make's leading word of one-letter flags, e.g. "ks" or "n"
-            dry_run = dry_run or "n" in word
-    return MakeFlags(auth, dry_run)
 
 
 class JobserverError(Exception):
@@ -238,24 +219,6 @@ class JobserverServer:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
         return max(0, self.tokens - back)
-
-
-def inherited_fds(environ: dict[str, str] | None = None) -> tuple[int, ...]:
-    """The pipe descriptors MAKEFLAGS advertises that are open here: a
-    child process must inherit them to use the jobserver it is told about."""
-    env = os.environ if environ is None else environ
-    auth = parse_makeflags(env.get("MAKEFLAGS")).auth
-    if auth is None or auth.startswith("fifo:"):
-        return ()
-    fds = []
-    for part in auth.split(","):
-        try:
-            fd = int(part)
-            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
-                fds.append(fd)
-        except (ValueError, OSError):
-            continue
-    return tuple(fds)
 
 
 class TokenGate:

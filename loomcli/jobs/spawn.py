@@ -1,0 +1,221 @@
+"""Starting loom's child processes, light enough to run first thing.
+
+A `loom build` that its no-op check did not answer almost always compiles,
+and its pool's fork server (`loomcli.jobs.forkserver`) needs about 0.25 s
+to warm up. `prestart` starts that server before click, the project or any
+compiler module is imported, with nothing but `os`, `sys` and `_socket`:
+through `subprocess` and the fork server's module it would first spend
+about 60 ms importing, time in which the other core stays idle and after
+which the whole warm-up comes. The pool adopts it (`forkserver.adopt`
+calls `take`); a build with nothing to compile kills it at exit.
+
+Also here, because `prestart` needs them and they import nothing heavy:
+what `MAKEFLAGS` says (`parse_makeflags`), the pipe descriptors of the
+jobserver it advertises that a child must inherit (`inherited_fds`), and a
+child's environment (`child_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+
+
+class MakeFlags:
+    """What `MAKEFLAGS` says about the jobserver and dry runs."""
+
+    __slots__ = ("auth", "dry_run")
+
+    def __init__(self, auth: str | None, dry_run: bool) -> None:
+        self.auth = auth          # "R,W" or "fifo:PATH"; the last one given
+        self.dry_run = dry_run    # make -n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MakeFlags) and (self.auth, self.dry_run) == (other.auth, other.dry_run)
+
+    def __repr__(self) -> str:
+        return f"MakeFlags(auth={self.auth!r}, dry_run={self.dry_run!r})"
+
+
+def parse_makeflags(value: str | None) -> MakeFlags:
+    """What `MAKEFLAGS` says about the jobserver and dry runs."""
+    auth = None
+    dry_run = False
+    words = (value or "").split()
+    for i, word in enumerate(words):
+        if word == "--":  # variable assignments follow
+            break
+        if word.startswith("--jobserver-auth=") or word.startswith("--jobserver-fds="):
+            auth = word.partition("=")[2]
+        elif word.startswith("-") and not word.startswith("--"):
+            if "n" in word[1:] and not any(c.isdigit() for c in word[1:]) and "=" not in word:
+                dry_run = True
+        elif i == 0 and "=" not in word:  # GNU make's leading word of one-letter flags, e.g. "ks" or "n"
+            dry_run = dry_run or "n" in word
+    return MakeFlags(auth, dry_run)
+
+
+def inherited_fds(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """The pipe descriptors MAKEFLAGS advertises that are open here: a
+    child process must inherit them to use the jobserver it is told about."""
+    env = os.environ if environ is None else environ
+    auth = parse_makeflags(env.get("MAKEFLAGS")).auth
+    if auth is None or auth.startswith("fifo:"):
+        return ()
+    fds = []
+    for part in auth.split(","):
+        try:
+            fd = int(part)
+            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                fds.append(fd)
+        except (ValueError, OSError):
+            continue
+    return tuple(fds)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a worker child: ours, with this loomcli first on PYTHONPATH."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+# ---------------------------------------------------------------- the fork server, started first
+
+
+class SpawnedProcess:
+    """The part of `subprocess.Popen` that `ForkServer` and
+    `isolated.end_process` use, for a process `os.posix_spawn` started."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and timeout is not None:
+            from loomcli.jobs.isolated import await_exit
+
+            await_exit(self.pid, timeout)
+            if self.poll() is None:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        while self.returncode is None:
+            self._reap(0)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:  # not reaped: the pid is still this child's
+            os.kill(self.pid, 9)     # SIGKILL (`signal` would cost an import here)
+
+    def _reap(self, flags: int) -> None:
+        # One caller at a time: the fork server's lock, or the reaper thread after it let go.
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped by someone else: its status is lost
+            self.returncode = -9
+            return
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+
+class Started:
+    """A fork server `prestart` started: its process, the coordinator's end
+    of its socket, its stderr file, and the modules it preloads."""
+
+    def __init__(self, process: SpawnedProcess, sock: int, stderr: int, preload: tuple[str, ...]) -> None:
+        self.process = process
+        self.sock = sock
+        self.stderr = stderr
+        self.preload = preload
+
+    def discard(self) -> None:
+        """Kill it and close our descriptors (the kernel reaps it once loom has exited)."""
+        self.process.kill()
+        for fd in (self.sock, self.stderr):
+            os.close(fd)
+
+
+_started: list[Started] = []  # at most one, until a pool takes it or the process exits
+
+
+def prestart(preload: Sequence[str]) -> None:
+    """Start a fork server preloading `preload` now (see the module
+    docstring). Linux only; nothing happens where anything it needs is
+    missing: the pool then starts its server itself, as it would anyway."""
+    if _started or not sys.platform.startswith("linux") or not hasattr(os, "O_TMPFILE"):
+        return
+    import _socket
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    opened: list[int] = []
+    try:
+        stderr = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        opened.append(stderr)
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        opened.append(devnull)
+        env = child_env()
+        fd = theirs.fileno()
+        keep = {fd, *inherited_fds(env)}
+        os.set_inheritable(fd, True)
+        # posix_spawn has no close_fds: close every other descriptor a child
+        # would inherit (ours are close-on-exec already; these came from our parent).
+        actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                          (os.POSIX_SPAWN_DUP2, stderr, 2)]
+        actions += [(os.POSIX_SPAWN_CLOSE, other) for other in _inheritable_fds() if other not in keep]
+        # Bound to our life when started from the main thread (the only thread, if threading was never imported).
+        threading = sys.modules.get("threading")
+        bound = threading is None or threading.current_thread() is threading.main_thread()
+        pid = os.posix_spawn(sys.executable,
+                             [sys.executable, "-m", "loomcli.jobs.forkserver", str(fd), "1" if bound else "0",
+                              *preload], env, file_actions=actions)
+    except OSError:
+        ours.close()
+        for fd in opened:
+            os.close(fd)
+        return
+    finally:
+        theirs.close()
+    os.close(devnull)
+    _started.append(Started(SpawnedProcess(pid), ours.detach(), stderr, tuple(preload)))
+    import atexit
+
+    atexit.register(_discard)
+
+
+def take(preload: Sequence[str]) -> Started | None:
+    """The prestarted server, if there is one that imports at least `preload`
+    (handed out once)."""
+    if _started and set(preload) <= set(_started[0].preload):
+        return _started.pop()
+    return None
+
+
+def _discard() -> None:
+    while _started:
+        _started.pop().discard()
+
+
+def _inheritable_fds() -> list[int]:
+    """Descriptors above 2 that a child would inherit."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    fds = []
+    for name in names:
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                fds.append(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return fds
