@@ -254,16 +254,37 @@ def compile_task(header: dict[str, Any], payload: bytes, context: WorkerContext)
 def warm() -> None:
     """Worker start-up: import and prepare what every task uses (parser,
     verifier, linker, pass programs, emitters, launch configs) before the
-    first task arrives."""
+    first task arrives. In a fork server this is done once for every worker
+    it forks: each module missing here is imported again by every worker's
+    first task (they are imported lazily for the command line's sake)."""
     import loomcli.emit.amdgpu
+    import loomcli.emit.amdgpu.link
+    import loomcli.emit.amdgpu.manifest
+    import loomcli.emit.amdgpu.msgpack
+    import loomcli.emit.amdgpu.target
     import loomcli.emit.artifacts
+    import loomcli.emit.elf
+    import loomcli.emit.launch_config
     import loomcli.emit.llvm.lower
     import loomcli.emit.spirv
+    import loomcli.emit.spirv.emitter
+    import loomcli.emit.spirv.lower
+    import loomcli.emit.spirv.writer
     import loomcli.ir.verifier
     import loomcli.launch
+    import loomcli.launch.program
     import loomcli.link.linker
+    import loomcli.passes.collectives
+    import loomcli.passes.expand_math
+    import loomcli.passes.facts
     import loomcli.passes.pipeline
+    import loomcli.passes.select
+    import loomcli.passes.specialize
     import loomcli.pipeline
+    import loomcli.semantics.evaluate
+    import loomcli.semantics.launch
+    import loomcli.targets.checks
+    import loomcli.targets.records
     import loomcli.text.parser
 
     loomcli.passes.pipeline.parse_pipeline("default")
