@@ -180,6 +180,33 @@ def test_a_dead_fork_server_fails_the_running_task_and_is_started_again(task_pat
     assert not alive(first["pid"]) and not alive(after["pid"]) and not alive(new_server)
 
 
+WARM_THEN_COMPILE = """\
+import sys
+from loomcli.jobs.isolated import become_worker
+become_worker()  # LLVM in this process, as in a pool worker
+import loomcli.build.tasks, loomcli.emit.llvm.codegen as codegen, loomcli.jobs.compile as compile
+compile.warm(); codegen.warm()
+before = set(sys.modules)
+for target, fmt in (("amdgpu:gfx1100", "amdgpu-hsaco"), ("spirv:vulkan1.3", "spirv-binary")):
+    outcome = compile.compile_request(compile.CompileRequest(
+        module=open(sys.argv[1], "rb").read(), target=target, format=fmt, launch_config=True, manifest=True,
+        artifact_name="k", launch_config_name="k.launch.loombc"))
+    assert outcome.ok, outcome.message
+print(sorted(m for m in set(sys.modules) - before if m.startswith("loomcli")))
+"""
+
+
+def test_warm_leaves_no_loom_module_for_a_first_task_to_import(tmp_path: Path) -> None:
+    """A fork server warms once for every worker it forks: what `warm()`
+    leaves out, each worker's first task imports again."""
+    module = saxpy_request("spirv:vulkan1.3", "spirv-binary").module
+    (tmp_path / "saxpy.loombc").write_bytes(module)
+    r = subprocess.run([sys.executable, "-c", WARM_THEN_COMPILE, str(tmp_path / "saxpy.loombc")], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
 @needs_fork
 def test_a_prestarted_server_is_adopted_once_or_killed_at_exit(tmp_path: Path) -> None:
     code = (

@@ -257,6 +257,8 @@ def warm() -> None:
     first task arrives. In a fork server this is done once for every worker
     it forks: each module missing here is imported again by every worker's
     first task (they are imported lazily for the command line's sake)."""
+    import loomcli.bytecode.reader
+    import loomcli.bytecode.writer
     import loomcli.emit.amdgpu
     import loomcli.emit.amdgpu.link
     import loomcli.emit.amdgpu.manifest
@@ -270,6 +272,8 @@ def warm() -> None:
     import loomcli.emit.spirv.emitter
     import loomcli.emit.spirv.lower
     import loomcli.emit.spirv.writer
+    import loomcli.frontend
+    import loomcli.ir.structural
     import loomcli.ir.verifier
     import loomcli.launch
     import loomcli.launch.program
