@@ -151,14 +151,14 @@ def prestart(preload: Sequence[str]) -> None:
     """Start a fork server preloading `preload` now (see the module
     docstring). Linux only; nothing happens where anything it needs is
     missing: the pool then starts its server itself, as it would anyway."""
-    if _started or not sys.platform.startswith("linux") or not hasattr(os, "O_TMPFILE"):
+    if _started or not sys.platform.startswith("linux"):
         return
     import _socket
 
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     opened: list[int] = []
     try:
-        stderr = os.open(os.environ.get("TMPDIR") or "/tmp", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        stderr = _unnamed_file(os.environ.get("TMPDIR") or "/tmp")
         opened.append(stderr)
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         opened.append(devnull)
@@ -202,6 +202,18 @@ def take(preload: Sequence[str]) -> Started | None:
 def _discard() -> None:
     while _started:
         _started.pop().discard()
+
+
+def _unnamed_file(folder: str) -> int:
+    """A read-write file in `folder` that no name reaches: an O_TMPFILE, else
+    a new file removed at once (file systems without anonymous files)."""
+    try:
+        return os.open(folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:
+        path = os.path.join(folder, f".loom-{os.urandom(6).hex()}.stderr")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.unlink(path)
+        return fd
 
 
 def _inheritable_fds() -> list[int]:
