@@ -176,7 +176,7 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     cache: Cache | None = None
     if rebuilding:
         from loomcli.cache import open_cache
-        from loomcli.jobs.jobserver import parse_makeflags
+        from loomcli.jobs.spawn import parse_makeflags
 
         _clean_strays(out_dir)
         cache = open_cache(options.no_cache, warn=warn)

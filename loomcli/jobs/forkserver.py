@@ -75,7 +75,7 @@ class ForkServer:
 
     def __init__(self, preload: Sequence[str]) -> None:
         self.preload = tuple(preload)
-        self._proc: subprocess.Popen[bytes] | spawn.SpawnedProcess | None = None
+        self._proc: spawn.SpawnedProcess | None = None
         self._sock: socket.socket | None = None
         self._stderr: Any = None
         self._lock = threading.Lock()
@@ -92,7 +92,8 @@ class ForkServer:
             self._ensure()
 
     def _adopt(self, started: spawn.Started) -> None:
-        """Take over a server started before this object (`adopt`)."""
+        """Serve through a server `spawn.start_server` started: one this
+        object started, or one prestarted before it existed (`adopt`)."""
         self.generation += 1
         self._answered = False
         self._proc = started.process
@@ -113,23 +114,9 @@ class ForkServer:
         self._stop()
         if self._ended:
             raise ServerGone("the worker pool is closing")
-        self.generation += 1
-        self._answered = False
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = spawn.child_env()
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
-        try:
-            # Bound to this thread's life (PR_SET_PDEATHSIG) only when it is the
-            # main thread: a slot thread ends before the pool closes the server.
-            bound = "1" if threading.current_thread() is threading.main_thread() else "0"
-            self._proc = subprocess.Popen([sys.executable, "-m", "loomcli.jobs.forkserver", str(theirs.fileno()),
-                                           bound, *self.preload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=self._stderr, env=env, close_fds=True,
-                                          pass_fds=(theirs.fileno(), *spawn.inherited_fds(env)))
-        finally:
-            theirs.close()
-        self._sock = ours
-        return ours
+        self._adopt(spawn.start_server(self.preload))
+        assert self._sock is not None
+        return self._sock
 
     def _request(self, message: dict[str, Any], fds: Sequence[int] = (), generation: int | None = None
                  ) -> dict[str, Any]:

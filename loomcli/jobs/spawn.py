@@ -7,7 +7,8 @@ compiler module is imported, with nothing but `os`, `sys` and `_socket`:
 through `subprocess` and the fork server's module it would first spend
 about 60 ms importing, time in which the other core stays idle and after
 which the whole warm-up comes. The pool adopts it (`forkserver.adopt`
-calls `take`); a build with nothing to compile kills it at exit.
+calls `take`); a build with nothing to compile kills it at exit. Every
+fork server, prestarted or started by a pool, comes from `start_server`.
 
 Also here, because `prestart` needs them and they import nothing heavy:
 what `MAKEFLAGS` says (`parse_makeflags`), the pipe descriptors of the
@@ -17,6 +18,7 @@ child's environment (`child_env`).
 
 from __future__ import annotations
 
+import _thread
 import os
 import stat
 import sys
@@ -93,43 +95,40 @@ class SpawnedProcess:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self._lock = _thread.allocate_lock()  # one waitpid at a time: a status is read once
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self._reap(os.WNOHANG)
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped by someone else: its status is lost
+                    self.returncode = -9
+                else:
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None and timeout is not None:
+        if self.poll() is None:
             from loomcli.jobs.isolated import await_exit
 
-            await_exit(self.pid, timeout)
+            await_exit(self.pid, timeout)  # without the lock: `poll` never blocks
             if self.poll() is None:
                 import subprocess
 
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-        while self.returncode is None:
-            self._reap(0)
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+        assert self.returncode is not None
         return self.returncode
 
     def kill(self) -> None:
         if self.returncode is None:  # not reaped: the pid is still this child's
             os.kill(self.pid, 9)     # SIGKILL (`signal` would cost an import here)
 
-    def _reap(self, flags: int) -> None:
-        # One caller at a time: the fork server's lock, or the reaper thread after it let go.
-        try:
-            pid, status = os.waitpid(self.pid, flags)
-        except ChildProcessError:  # reaped by someone else: its status is lost
-            self.returncode = -9
-            return
-        if pid:
-            self.returncode = os.waitstatus_to_exitcode(status)
-
 
 class Started:
-    """A fork server `prestart` started: its process, the coordinator's end
-    of its socket, its stderr file, and the modules it preloads."""
+    """A fork server `start_server` started: its process, the coordinator's
+    end of its socket, its stderr file, and the modules it preloads."""
 
     def __init__(self, process: SpawnedProcess, sock: int, stderr: int, preload: tuple[str, ...]) -> None:
         self.process = process
@@ -144,15 +143,13 @@ class Started:
             os.close(fd)
 
 
-_started: list[Started] = []  # at most one, until a pool takes it or the process exits
-
-
-def prestart(preload: Sequence[str]) -> None:
-    """Start a fork server preloading `preload` now (see the module
-    docstring). Linux only; nothing happens where anything it needs is
-    missing: the pool then starts its server itself, as it would anyway."""
-    if _started or not sys.platform.startswith("linux"):
-        return
+def start_server(preload: Sequence[str]) -> Started:
+    """Start `python -m loomcli.jobs.forkserver FD BOUND MODULE...` (Linux):
+    its stdin and stdout /dev/null, its stderr an unnamed file, every
+    inherited descriptor closed but the jobserver pipe MAKEFLAGS names
+    (posix_spawn has no close_fds; our own are close-on-exec already).
+    Bound to our life (PR_SET_PDEATHSIG) when started from the main
+    thread: a pool's slot thread ends before its pool closes the server."""
     import _socket
 
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
@@ -166,26 +163,38 @@ def prestart(preload: Sequence[str]) -> None:
         fd = theirs.fileno()
         keep = {fd, *inherited_fds(env)}
         os.set_inheritable(fd, True)
-        # posix_spawn has no close_fds: close every other descriptor a child
-        # would inherit (ours are close-on-exec already; these came from our parent).
         actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
                                           (os.POSIX_SPAWN_DUP2, stderr, 2)]
         actions += [(os.POSIX_SPAWN_CLOSE, other) for other in _inheritable_fds() if other not in keep]
-        # Bound to our life when started from the main thread (the only thread, if threading was never imported).
-        threading = sys.modules.get("threading")
+        threading = sys.modules.get("threading")  # never imported: this is the only thread
         bound = threading is None or threading.current_thread() is threading.main_thread()
         pid = os.posix_spawn(sys.executable,
                              [sys.executable, "-m", "loomcli.jobs.forkserver", str(fd), "1" if bound else "0",
                               *preload], env, file_actions=actions)
-    except OSError:
+    except BaseException:
         ours.close()
         for fd in opened:
             os.close(fd)
-        return
+        raise
     finally:
         theirs.close()
     os.close(devnull)
-    _started.append(Started(SpawnedProcess(pid), ours.detach(), stderr, tuple(preload)))
+    return Started(SpawnedProcess(pid), ours.detach(), stderr, tuple(preload))
+
+
+_started: list[Started] = []  # at most one, until a pool takes it or the process exits
+
+
+def prestart(preload: Sequence[str]) -> None:
+    """Start a fork server preloading `preload` now (see the module
+    docstring). Linux only; where that fails, the pool starts its server
+    itself, as it would anyway."""
+    if _started or not sys.platform.startswith("linux"):
+        return
+    try:
+        _started.append(start_server(preload))
+    except OSError:
+        return
     import atexit
 
     atexit.register(_discard)
