@@ -149,11 +149,8 @@ class ForkServer:
         """Why the server is gone: its exit status and the last line it printed."""
         proc, text, code = self._proc, "", None
         if proc is not None:
-            try:
-                code = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # alive but not answering: it will not be used again
-                proc.kill()
-                code = proc.wait()
+            end_process(proc, 10)  # alive but not answering: killed, it will not be used again
+            code = proc.returncode
         if self._stderr is not None:
             self._stderr.seek(0)
             lines = self._stderr.read()[-4096:].decode("utf-8", "replace").strip().splitlines()

@@ -176,11 +176,8 @@ class Worker:
             self.stderr = None
 
     def _crash(self, proc: Any) -> WorkerCrash:
-        try:
-            code = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+        end_process(proc, 10)
+        code = proc.returncode
         text = ""
         if self.stderr is not None:
             self.stderr.seek(0)
