@@ -111,3 +111,15 @@ def test_variadic_group_between_fixed_names() -> None:
     assert d.span(d.operands, "values", 3) == slice(1, 3)
     pack = OPS["buffer.pack"]
     assert pack.span(pack.results, "total", 3) == slice(0, 1) and pack.span(pack.results, "offsets", 3) == slice(1, 3)
+
+
+def test_op_tables_refuse_names_that_are_not_ops_and_second_entries() -> None:
+    from loomcli.ir.ops import OpTable
+
+    table: OpTable[int] = OpTable("test table")
+    table.register("scalar.addf", "scalar.subf")(1)
+    assert dict(table) == {"scalar.addf": 1, "scalar.subf": 1}
+    with pytest.raises(KeyError, match="test table: 'vector.subf' is not a Loom op"):
+        table["vector.subf"] = 2
+    with pytest.raises(KeyError, match="registered twice"):
+        table["scalar.addf"] = 2

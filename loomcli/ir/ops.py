@@ -9,7 +9,9 @@ this table; adding an op is one row here plus, if it needs one, a rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loomcli.ir.format import (
     Bindings,
@@ -486,3 +488,33 @@ def ops_with(trait: str) -> frozenset[str]:
 
 
 TARGET_RECORDS = tuple(name for name, d in OPS.items() if d.has(TARGET_RECORD))  # in declaration order
+
+
+V = TypeVar("V")
+
+
+class OpTable(dict[str, V]):
+    """A table keyed by op name (folders, rewrite patterns, instruction
+    selectors, interpreter handlers): every key must be a declared op, so a
+    misspelled or removed name fails when the table's module is imported,
+    not when a program first reaches it. `what` names the table in that
+    error and in coverage tests."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def __setitem__(self, name: str, value: V) -> None:
+        if name not in OPS:
+            raise KeyError(f"{self.what}: {name!r} is not a Loom op (loomcli.ir.ops)")
+        if name in self:
+            raise KeyError(f"{self.what}: {name!r} is registered twice")
+        super().__setitem__(name, value)
+
+    def register(self, *names: str) -> Callable[[V], V]:
+        """A decorator that enters its function under every name in `names`."""
+        def enter(value: V) -> V:
+            for name in names:
+                self[name] = value
+            return value
+        return enter
