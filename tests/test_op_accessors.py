@@ -119,7 +119,7 @@ def test_op_tables_refuse_names_that_are_not_ops_and_second_entries() -> None:
     table: OpTable[int] = OpTable("test table")
     table.register("scalar.addf", "scalar.subf")(1)
     assert dict(table) == {"scalar.addf": 1, "scalar.subf": 1}
-    with pytest.raises(KeyError, match="test table: 'vector.subf' is not a Loom op"):
+    with pytest.raises(KeyError, match=r"test table: 'vector\.subf' is not a Loom op"):
         table["vector.subf"] = 2
     with pytest.raises(KeyError, match="registered twice"):
         table["scalar.addf"] = 2
