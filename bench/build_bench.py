@@ -190,10 +190,10 @@ class PeakMemory:
                     continue
                 seen[int(entry)] = (cmd, ppid, hwm, pss)
             for pid, (cmd, ppid, hwm, pss) in seen.items():
-                if "loomcli.jobs.forkserver" in cmd:  # workers are forks of the server: same command line
-                    role = "worker" if "loomcli.jobs.forkserver" in seen.get(ppid, ("",))[0] else "fork server"
+                if "loomcli.runtime.forkserver" in cmd:  # workers are forks of the server: same command line
+                    role = "worker" if "loomcli.runtime.forkserver" in seen.get(ppid, ("",))[0] else "fork server"
                 else:
-                    role = "worker" if "loomcli.jobs.pool" in cmd else "coordinator" if " build " in cmd else "other"
+                    role = "worker" if "loomcli.runtime.pool" in cmd else "coordinator" if " build " in cmd else "other"
                 _, old_hwm, old_pss = self.peaks.get(pid, ("", 0, 0))
                 self.peaks[pid] = (role, max(hwm, old_hwm), max(pss, old_pss))
             time.sleep(0.02)

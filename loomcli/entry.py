@@ -46,15 +46,15 @@ def _run(args: list[str]) -> Any:
 
 
 # What a `loom build` pool preloads when a target emits through LLVM
-# (`loomcli.jobs.session.preload_for`); a pool this does not cover starts its own server.
-BUILD_PRELOAD = ("loomcli.jobs.compile", "loomcli.build.tasks", "loomcli.emit.llvm.codegen")
+# (`loomcli.service.session.preload_for`); a pool this does not cover starts its own server.
+BUILD_PRELOAD = ("loomcli.service.compile", "loomcli.build.tasks", "loomcli.emit.llvm.codegen")
 
 
 def _prestart_workers(args: list[str]) -> None:
     """A `loom build` that is not a no-op almost always compiles: start its
     pool's fork server now, so it warms up (0.25 s) while the command line,
     the project and the sources are read, instead of after (see
-    `loomcli.jobs.spawn.prestart`). Not when the build can only run
+    `loomcli.runtime.spawn.prestart`). Not when the build can only run
     serially; unused, it is killed at exit."""
     import os
 
@@ -72,7 +72,7 @@ def _prestart_workers(args: list[str]) -> None:
         return
     if jobs is None and len(os.sched_getaffinity(0)) < 2:
         return
-    from loomcli.jobs import spawn
+    from loomcli.runtime import spawn
 
     spawn.prestart(BUILD_PRELOAD)
 

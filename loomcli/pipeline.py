@@ -113,7 +113,7 @@ def bound_front_end(module: Module, bindings: ConfigBindings, pipeline: Any, ori
                     require_resolved_config: bool = False) -> FrontEnd:
     """Apply `bindings` to a linked `module` and wrap it as the `FrontEnd`
     every target compiles from: the end of the front half that a compile
-    request (`loomcli.jobs.compile`) and a `loom build` kernel set
+    request (`loomcli.service.compile`) and a `loom build` kernel set
     (`loomcli.build.tasks`) share."""
     warnings = bind_module(module, bindings, require_resolved_config, origins=origins)
     if has_errors(warnings):

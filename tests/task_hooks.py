@@ -27,7 +27,7 @@ class _Hook(importlib.abc.MetaPathFinder):
         return spec
 
 
-if {"loomcli.jobs.pool", "loomcli.jobs.forkserver"} & set(sys.orig_argv):
+if {"loomcli.runtime.pool", "loomcli.runtime.forkserver"} & set(sys.orig_argv):
     sys.meta_path.insert(0, _Hook())
 '''
 

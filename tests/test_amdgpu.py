@@ -34,8 +34,8 @@ from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.emit.artifacts import emit as emit_artifact  # legalized, as every compile is
 from loomcli.emit.artifacts import legalize
 from loomcli.errors import LoomError
-from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.runtime.isolated import RemoteError, Worker, WorkerCrash
 from loomcli.targets import abi
 from loomcli.targets.profiles import AMDGPU_CHIPS, parse_target
 
@@ -81,7 +81,7 @@ def function_ir(text: str, name: str) -> str:
 
 @pytest.mark.parametrize("path", ALL_INPUTS, ids=lambda p: Path(p).stem)
 def test_ir_parses_and_verifies(path: str) -> None:
-    from loomcli.jobs.isolated import shared_worker
+    from loomcli.runtime.isolated import shared_worker
 
     text = ir_text(path)
     shared_worker(("loomcli.emit.llvm.codegen",)).call("loomcli.emit.llvm.codegen:verify_ir", {}, text.encode())
@@ -294,7 +294,7 @@ def test_saxpy_manifest_entry() -> None:
 
 
 def test_emission_is_deterministic_across_workers() -> None:
-    from loomcli.jobs.isolated import shared_worker
+    from loomcli.runtime.isolated import shared_worker
 
     p = parse_target("amdgpu:gfx1100")
     module = compiled(str(SAMPLES / "matmul.loom"))

@@ -165,8 +165,8 @@ def _touch(path: Path) -> None:
 def test_stat_fast_path_still_sees_every_change(tmp_path: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                 change, rebuilt: list[str]) -> None:
     """Recorded content hashes are reused only while size, mtime, ctime and
-    inode are all unchanged (loomcli.jobs.fingerprint.stat_stamp)."""
-    from loomcli.jobs import fingerprint
+    inode are all unchanged (loomcli.service.fingerprint.stat_stamp)."""
+    from loomcli.service import fingerprint
 
     monkeypatch.setattr(fingerprint, "RACY_MARGIN_NS", 0)  # as if every file were old enough to be trusted
     project = make_project(tmp_path / "p", sets=2)
@@ -210,7 +210,7 @@ def test_cold_cache_only_and_no_cache_give_identical_bytes(tmp_path: Path, fresh
         shutil.rmtree(out, ignore_errors=True)
         with monkeypatch.context() as m:
             if name == "cache-only":  # every item hits before scheduling: no pool, no jobserver
-                m.setattr("loomcli.jobs.session.compile_session", _no_session)
+                m.setattr("loomcli.service.session.compile_session", _no_session)
             assert run("build", str(project), "-q", "-j", "2", "--trace", str(trace), *flags) == 0
         results[name] = outputs(out)
         if name == "cache-only":  # the lookups still count in the cache's totals
@@ -446,7 +446,7 @@ def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fr
     assert trace_events(trace) == []
     shutil.rmtree(out / "amdgpu-gfx1100" / "go")
     with monkeypatch.context() as m:
-        m.setattr("loomcli.jobs.session.compile_session", _no_session)
+        m.setattr("loomcli.service.session.compile_session", _no_session)
         assert run("build", str(project), "-q", "--trace", str(trace)) == 0
     assert trace_events(trace) == [] and outputs(out) == cold  # from the cache, nothing compiled
     shutil.rmtree(out)

@@ -15,7 +15,7 @@ import pytest
 from test_build import make_project, run
 
 from loomcli.build import noop
-from loomcli.jobs import fingerprint
+from loomcli.service import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,7 +181,7 @@ def test_the_out_dir_scan(text: str, out_dir: str) -> None:
 
 NO_OP_PROBE = """\
 import sys
-from loomcli.jobs import fingerprint
+from loomcli.service import fingerprint
 if sys.argv[1] == "trusting":
     fingerprint.RACY_MARGIN_NS = 0
 from loomcli.entry import main

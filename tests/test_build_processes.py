@@ -233,8 +233,8 @@ try:
     main(sys.argv[1:])
 except SystemExit as e:
     assert not e.code, e.code
-heavy = ("llvmlite", "rich", "loomcli.ir", "loomcli.text", "loomcli.frontend", "loomcli.link", "loomcli.jobs.pool",
-         "loomcli.jobs.session", "loomcli.jobs.compile", "loomcli.emit.llvm")
+heavy = ("llvmlite", "rich", "loomcli.ir", "loomcli.text", "loomcli.frontend", "loomcli.link", "loomcli.runtime.pool",
+         "loomcli.service.session", "loomcli.service.compile", "loomcli.emit.llvm")
 print("loaded:", " ".join(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
 """
 

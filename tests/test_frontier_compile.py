@@ -16,9 +16,9 @@ from loomcli.diagnostics import CompileError
 from loomcli.frontier import FrontierOptions, build_command_product
 from loomcli.frontier.compiling import RequestCompiler
 from loomcli.frontier.loomcmd import read_command
-from loomcli.jobs.compile import CompileService
-from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
 from loomcli.launch.program import evaluate
+from loomcli.runtime.tasks import InlineExecutor, Task, TaskResult
+from loomcli.service.compile import CompileService
 from loomcli.targets.profiles import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent

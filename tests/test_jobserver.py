@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loomcli.jobs.jobserver import IMPLICIT, Jobserver, TokenGate, connect, parse_makeflags
+from loomcli.runtime.jobserver import IMPLICIT, Jobserver, TokenGate, connect, parse_makeflags
 
 
 @pytest.mark.parametrize("flags,auth,dry", [

@@ -19,7 +19,7 @@ import pytest
 from task_hooks import task_hook
 from test_build import make_project
 
-from loomcli.jobs.jobserver import JobserverServer, TokenGate, connect, parse_makeflags
+from loomcli.runtime.jobserver import JobserverServer, TokenGate, connect, parse_makeflags
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ import json, os, select, time
 
 
 def _probe():
-    from loomcli.jobs.jobserver import connect
+    from loomcli.runtime.jobserver import connect
 
     makeflags = os.environ.get("MAKEFLAGS", "")
     client, warning, _ = connect()

@@ -414,7 +414,8 @@ def test_start_up_imports_nothing_heavy(grid_artifact: Path) -> None:
             "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'rich', 'vulkan')\n"
             "    or m.startswith(('loomcli.emit', 'loomcli.passes', 'loomcli.targets.checks', 'loomcli.link',\n"
-            "                     'loomcli.pipeline', 'loomcli.text', 'loomcli.jobs', 'concurrent')))\n"
+            "                     'loomcli.pipeline', 'loomcli.text', 'loomcli.runtime', 'loomcli.service',\n"
+            "                     'concurrent')))\n"
             "assert not heavy, heavy\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -20,14 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "loomcli"
 
 # Bottom to top; a package may import only itself and the ones before it.
-# An entry names a package or, where one package spans two layers, a module
-# (the longest matching entry wins).
+# Every entry is a package or a top-level module: the folder tree is the
+# layer diagram, no package spans two layers.
 LAYERS = (
     "errors",       # LoomError, UsageError, exit codes, atomic_write
     "files",        # reading inputs (size limit, stdin), publishing outputs all or nothing
     "diagnostics",  # Diagnostic, CompileError, the catalogue of codes
     "cache",        # the content-addressed artifact cache
-    "jobs",         # workers, the pool, the jobserver client, the task-sink contract
+    "runtime",      # isolated workers, the fork server, the pool, the jobserver, the task contract
     "ir",           # core, types, attrs, the op table and its format directives, verifier, builder
     "text",         # lexer, parser, printer
     "bytecode",     # reader, writer
@@ -40,9 +40,8 @@ LAYERS = (
     "pipeline",     # link + bind + specialize + passes as plain calls
     "emit",         # instruction selection per family, artifacts, launch-config building
     "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
-    "jobs.compile",  # the compile service: one request through pipeline and emission
-    "jobs.session",  # a build session: pool, cache and compile service together
-    "frontier",     # command programs -> command bytes and kernel requests (compiled through jobs.compile)
+    "service",      # the compile service: request, outcome, cache key, the front end, the session
+    "frontier",     # command programs -> command bytes and kernel requests (compiled through the service)
     "build",        # loom build: projects, the build engine, packages, the progress display
     "driver",       # click glue: options, diagnostics printing, exit codes
     "commands",     # one module per command
@@ -87,11 +86,8 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 def layer(module: str) -> str:
     """The `LAYERS` entry `module` belongs to ("" for the package itself)."""
-    parts = module.split(".")[1:]
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in RANK:
-            return ".".join(parts[:n])
-    return parts[0] if parts else ""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
 
 
 def imports_of(path: Path, root: Path = ROOT) -> list[Import]:
@@ -139,8 +135,13 @@ def wrong_way(imports: list[Import]) -> list[Import]:
 
 
 def test_module_layers() -> None:
-    assert [layer(m) for m in ("loomcli.jobs.compile", "loomcli.jobs.pool", "loomcli.ir.core", "loomcli")] == [
-        "jobs.compile", "jobs", "ir", ""]
+    assert [layer(m) for m in ("loomcli.service.compile", "loomcli.runtime.pool", "loomcli.ir.core", "loomcli")] == [
+        "service", "runtime", "ir", ""]
+
+
+def test_the_tree_is_the_layer_diagram() -> None:
+    """A layer is a top-level package or module, never part of one."""
+    assert all("." not in name for name in LAYERS)
 
 
 def test_every_package_has_a_layer() -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from loomcli.cache import Cache
-from loomcli.jobs import forkserver, spawn
-from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
-from loomcli.jobs.jobserver import TokenGate
-from loomcli.jobs.pool import WorkerPool, resolve_jobs
-from loomcli.jobs.tasks import InlineExecutor, Task
 from loomcli.pipeline import CompileOptions, front_end
+from loomcli.runtime import forkserver, spawn
+from loomcli.runtime.jobserver import TokenGate
+from loomcli.runtime.pool import WorkerPool, resolve_jobs
+from loomcli.runtime.tasks import InlineExecutor, Task
+from loomcli.service.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = str(Path(__file__).resolve().parent / "data" / "pool")
@@ -182,9 +182,9 @@ def test_a_dead_fork_server_fails_the_running_task_and_is_started_again(task_pat
 
 WARM_THEN_COMPILE = """\
 import sys
-from loomcli.jobs.isolated import become_worker
+from loomcli.runtime.isolated import become_worker
 become_worker()  # LLVM in this process, as in a pool worker
-import loomcli.build.tasks, loomcli.emit.llvm.codegen as codegen, loomcli.jobs.compile as compile
+import loomcli.build.tasks, loomcli.emit.llvm.codegen as codegen, loomcli.service.compile as compile
 compile.warm(); codegen.warm()
 before = set(sys.modules)
 for target, fmt in (("amdgpu:gfx1100", "amdgpu-hsaco"), ("spirv:vulkan1.3", "spirv-binary")):
@@ -211,14 +211,14 @@ def test_warm_leaves_no_loom_module_for_a_first_task_to_import(tmp_path: Path) -
 def test_a_prestarted_server_is_adopted_once_or_killed_at_exit(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"
-        "from loomcli.jobs import spawn\n"
+        "from loomcli.runtime import spawn\n"
         "jobserver, other = os.pipe(), os.pipe()\n"
         "for fd in (*jobserver, *other):\n"
         "    os.set_inheritable(fd, True)\n"
         "os.environ['MAKEFLAGS'] = ' -j2 --jobserver-auth=%d,%d' % jobserver\n"
-        "spawn.prestart(('loomcli.jobs.tasks', 'loomcli.jobs.compile'))\n"
+        "spawn.prestart(('loomcli.runtime.tasks', 'loomcli.service.compile'))\n"
         "del os.environ['MAKEFLAGS']\n"
-        "assert set(sys.modules) & {'subprocess', 'socket', 'loomcli.jobs.forkserver'} == set()  # started light\n"
+        "assert set(sys.modules) & {'subprocess', 'socket', 'loomcli.runtime.forkserver'} == set()  # started light\n"
         "pid = spawn._started[0].process.pid\n"
         "def link(n):  # a descriptor the starting server closes between listdir and readlink is not held\n"
         "    try:\n"
@@ -230,14 +230,14 @@ def test_a_prestarted_server_is_adopted_once_or_killed_at_exit(tmp_path: Path) -
         "assert os.readlink(f'/proc/self/fd/{jobserver[0]}') in held, held\n"
         "assert os.readlink(f'/proc/self/fd/{other[0]}') not in held, held\n"
         "print(pid, flush=True)\n"
-        "from loomcli.jobs import forkserver\n"
-        "from loomcli.jobs.pool import WorkerPool\n"
-        "from loomcli.jobs.tasks import Task\n"
-        "assert forkserver.adopt(('loomcli.jobs.compile', 'loomcli.build.tasks')) is None  # not covered\n"
+        "from loomcli.runtime import forkserver\n"
+        "from loomcli.runtime.pool import WorkerPool\n"
+        "from loomcli.runtime.tasks import Task\n"
+        "assert forkserver.adopt(('loomcli.service.compile', 'loomcli.build.tasks')) is None  # not covered\n"
         "if sys.argv[1] == 'adopt':\n"
-        "    server = forkserver.adopt(('loomcli.jobs.compile',))\n"
-        "    assert server is not None and forkserver.adopt(('loomcli.jobs.compile',)) is None  # handed out once\n"
-        "    with WorkerPool(1, ('loomcli.jobs.compile',), server=server) as pool:\n"
+        "    server = forkserver.adopt(('loomcli.service.compile',))\n"
+        "    assert server is not None and forkserver.adopt(('loomcli.service.compile',)) is None  # handed out once\n"
+        "    with WorkerPool(1, ('loomcli.service.compile',), server=server) as pool:\n"
         "        result = pool.submit(Task('pool_tasks:environ')).result()\n"
         "    print(result.value.decode())\n"
     )
@@ -290,8 +290,8 @@ def test_jobs_come_from_the_flag_then_loom_jobs() -> None:
 def test_huge_job_counts_are_clamped_to_what_a_jobserver_pipe_holds(style: str) -> None:
     """`-j 99999999999` was an internal MemoryError (a 100 GB token write) and
     `-j 70000` lost the tokens past the pipe's 64 KiB."""
-    from loomcli.jobs.jobserver import JobserverServer
-    from loomcli.jobs.pool import MAX_JOBS
+    from loomcli.runtime.jobserver import JobserverServer
+    from loomcli.runtime.pool import MAX_JOBS
 
     assert resolve_jobs(99999999999, {}) == MAX_JOBS
     assert resolve_jobs(None, {"LOOM_JOBS": "70000"}) == MAX_JOBS
@@ -314,7 +314,7 @@ def test_one_request_inline_in_the_pool_and_from_the_cache(tmp_path: Path, targe
     finally:
         inline.close()
     cache = Cache(str(tmp_path / "cache"))
-    with WorkerPool(2, preload=("loomcli.jobs.compile",)) as pool:
+    with WorkerPool(2, preload=("loomcli.service.compile",)) as pool:
         service = CompileService(pool, cache)
         via_pool = service.submit(request).result()
         assert service.compiled == 1 and service.hits == 0

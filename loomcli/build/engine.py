@@ -42,9 +42,9 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
 
     from loomcli.cache import Cache
     from loomcli.diagnostics import Diagnostic
-    from loomcli.jobs.compile import CompileOutcome
-    from loomcli.jobs.pool import TaskEvent
-    from loomcli.jobs.tasks import TaskResult
+    from loomcli.runtime.pool import TaskEvent
+    from loomcli.runtime.tasks import TaskResult
+    from loomcli.service.compile import CompileOutcome
 
 _Entry = TypeVar("_Entry", "Item", "CommandItem")  # what the build state tracks
 
@@ -176,7 +176,7 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
     cache: Cache | None = None
     if rebuilding:
         from loomcli.cache import open_cache
-        from loomcli.jobs.spawn import parse_makeflags
+        from loomcli.runtime.spawn import parse_makeflags
 
         _clean_strays(out_dir)
         cache = open_cache(options.no_cache, warn=warn)
@@ -190,17 +190,17 @@ def build_project(project: Project, options: BuildOptions, progress: Progress,
         if cache is not None:
             cache.record_totals()
         if options.trace is not None:
-            from loomcli.jobs.session import write_trace
+            from loomcli.service.session import write_trace
 
             write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
         _finish(report, book, new_state)
         return report
     from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
-    from loomcli.jobs.session import compile_session
-    from loomcli.jobs.tasks import Task
+    from loomcli.runtime.tasks import Task
+    from loomcli.service.session import compile_session
 
     sets = list(dict.fromkeys(i.kernels for i in todo))
-    from loomcli.jobs.pool import resolve_jobs
+    from loomcli.runtime.pool import resolve_jobs
 
     hint = len(sets) + (resolve_jobs(options.jobs) if commands_todo else 0)
     with compile_session(options.jobs, hint, targets, no_cache=cache is None, cache=cache, warn=warn,
@@ -400,7 +400,7 @@ def run_build(project: Project, options: BuildOptions, progress: Progress,
     """`build_project`, with the first failure (no --keep-going) ending it
     cleanly, and SIGTERM taken as Ctrl-C from the first step (publishing
     cache hits happens before any compile session)."""
-    from loomcli.jobs.interrupts import sigterm_as_interrupt
+    from loomcli.runtime.interrupts import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         try:
@@ -417,7 +417,7 @@ def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport,
     from concurrent.futures import FIRST_COMPLETED, wait
 
     from loomcli.build.tasks import decode_reply
-    from loomcli.jobs.compile import CompileOutcome
+    from loomcli.service.compile import CompileOutcome
 
     if not pending:
         return False
@@ -483,7 +483,7 @@ def _failed(report: BuildReport, progress: Progress, item: Item | CommandItem, c
 
 
 def _decode(data: bytes) -> CompileOutcome | None:
-    from loomcli.jobs.compile import CompileOutcome
+    from loomcli.service.compile import CompileOutcome
 
     try:
         return CompileOutcome.decode(data)
@@ -497,7 +497,7 @@ def _decode(data: bytes) -> CompileOutcome | None:
 class _SourceReader:
     """Project files and loom's own identity, each read or hashed at most once
     per build, with the stat fast path of a no-op build: a file whose stat
-    stamp (`loomcli.jobs.fingerprint.stat_stamp`: size, mtime, ctime, inode,
+    stamp (`loomcli.service.fingerprint.stat_stamp`: size, mtime, ctime, inode,
     recorded only once the file is old enough to be trusted) equals the one
     the state file recorded beside its sha256 is not read; any other file is
     read and hashed. Keys hash these content digests, never stat data, so
@@ -519,7 +519,7 @@ class _SourceReader:
     def compiler(self) -> tuple[str, str]:
         """(loom's code fingerprint, LLVM's version), from the recorded
         fingerprint while the code files' stat stamps are unchanged."""
-        from loomcli.jobs.fingerprint import code_stamps, compiler_fingerprint, compiler_stamp, llvm_version
+        from loomcli.service.fingerprint import code_stamps, compiler_fingerprint, compiler_stamp, llvm_version
 
         if "compiler" not in self.digests:
             self.code_stamps = code_stamps()
@@ -565,7 +565,7 @@ class _SourceReader:
     def digest(self, rel: str) -> str:
         """The sha256 of a project file: the recorded one while its stat stamp holds, else hashed now."""
         if rel not in self.file_digests:
-            from loomcli.jobs.fingerprint import stat_stamp
+            from loomcli.service.fingerprint import stat_stamp
 
             stamp = stat_stamp(os.stat(self.project.path(rel)), self.now_ns)
             known = self.recorded.get("inputs", {}).get(rel)
@@ -643,7 +643,7 @@ class _Libraries:
             raise _LibraryFailed(name, self.failed[name], first=False)
         if name not in self.encoded:
             from loomcli.bytecode import write_module
-            from loomcli.jobs.compile import CompileOutcome, outcome_or_failure
+            from loomcli.service.compile import CompileOutcome, outcome_or_failure
 
             def merged() -> CompileOutcome:
                 data = write_module(self.get(name).module(), keep_debug=True)
@@ -786,7 +786,7 @@ def _noop_record(report: BuildReport, book: _Bookkeeping, state: dict[str, Any])
     trusted has them."""
     from loomcli import __version__
     from loomcli.build import noop
-    from loomcli.jobs.fingerprint import llvm_version_stamp
+    from loomcli.service.fingerprint import llvm_version_stamp
 
     project, sources = book.project, book.sources
     llvm = llvm_version_stamp()

@@ -8,7 +8,7 @@ build's decision depended on:
 
 - the selection: the project file and folder, the out-dir (and whether
   `--out-dir` named it), the `--target` values;
-- the stat stamps (`loomcli.jobs.fingerprint.stat_stamp`: size, mtime,
+- the stat stamps (`loomcli.service.fingerprint.stat_stamp`: size, mtime,
   ctime, inode) of the project file, of every source and library file the
   keys hashed, of every folder a `srcs` glob listed, of loom's own code
   files and folders and of llvmlite's `_version.py`, each taken before the
@@ -203,7 +203,7 @@ def _verify(directory: str, options: dict[str, str], targets: tuple[str, ...]) -
 
 def _llvm_version_file() -> str | None:
     """The `_version.py` of the llvmlite this interpreter would import (what
-    `loomcli.jobs.fingerprint.llvm_version` reads), without importing it."""
+    `loomcli.service.fingerprint.llvm_version` reads), without importing it."""
     from importlib.machinery import PathFinder
 
     spec = PathFinder.find_spec("llvmlite")

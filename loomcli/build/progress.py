@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from loomcli.jobs.pool import TaskEvent
+    from loomcli.runtime.pool import TaskEvent
 
 STATES = ("compiled", "cached", "up-to-date", "failed")
 

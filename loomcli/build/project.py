@@ -20,7 +20,7 @@ from typing import Any
 
 from loomcli.errors import LoomError
 from loomcli.files import finite_float
-from loomcli.jobs.fingerprint import stat_stamp
+from loomcli.service.fingerprint import stat_stamp
 
 try:
     import tomllib

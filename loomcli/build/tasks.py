@@ -2,7 +2,7 @@
 
 The front end (parse, verify, link against the libraries, bind the project
 config) runs once per set, in the worker, and each target is then the same
-back half as every compile request (`loomcli.jobs.compile.outcome_for`).
+back half as every compile request (`loomcli.service.compile.outcome_for`).
 Libraries are the worker's prepared state: the coordinator merges each
 [[library]] into one bytecode module once per build; a worker decodes each
 distinct library once (by content digest) and reuses it for every set.
@@ -24,8 +24,8 @@ import struct
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.jobs.compile import CompileOutcome, outcome_for, outcome_or_failure
-from loomcli.jobs.tasks import WorkerContext
+from loomcli.runtime.tasks import WorkerContext
+from loomcli.service.compile import CompileOutcome, outcome_for, outcome_or_failure
 
 TASK_FUNCTION = "loomcli.build.tasks:kernel_set_task"
 _U32 = struct.Struct("<I")
@@ -132,6 +132,6 @@ def decode_reply(data: bytes) -> tuple[bool, list[CompileOutcome]]:
 
 def warm() -> None:
     """Worker start-up: the compile entry point's prepared state."""
-    from loomcli.jobs.compile import warm as warm_compile
+    from loomcli.service.compile import warm as warm_compile
 
     warm_compile()

@@ -2,7 +2,7 @@
 
 The front end (read, verify, link, bind) runs once however many targets are
 asked for; each target is then one `CompileRequest` to the compile entry
-point (`loomcli.jobs.compile`): the cache first, misses in this process (one
+point (`loomcli.service.compile`): the cache first, misses in this process (one
 target) or in the warm worker pool (several), within make's jobserver.
 Every output is computed before the first is written, and each is published
 with a rename, so a failure leaves nothing behind.
@@ -87,8 +87,8 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
     from loomcli.emit import backend_for
-    from loomcli.jobs.compile import CompileRequest
-    from loomcli.jobs.session import compile_session
+    from loomcli.service.compile import CompileRequest
+    from loomcli.service.session import compile_session
 
     if (no_cache or not enabled()) and len(profiles) == 1:
         # No cache can answer: start the back end's worker (LLVM) now, it warms up while the front end runs.

@@ -88,8 +88,8 @@ def _compile(options: FrontierOptions, profile: Profile, jobs: int | None, print
     from loomcli.diagnostics import CompileError
     from loomcli.frontier import build_command_product
     from loomcli.frontier.compiling import RequestCompiler
-    from loomcli.jobs.pool import resolve_jobs
-    from loomcli.jobs.session import compile_session
+    from loomcli.runtime.pool import resolve_jobs
+    from loomcli.service.session import compile_session
 
     def warn(message: str) -> None:
         click.echo(f"loom: warning: {message}", err=True)

@@ -2,7 +2,7 @@
 
 `RequestCompiler` is a `RequestSink`: each request, as it is published,
 becomes one `CompileRequest` of the one compile entry point
-(`loomcli.jobs.compile`), submitted to its `CompileService`, which checks
+(`loomcli.service.compile`), submitted to its `CompileService`, which checks
 the cache first (a hit creates no task) and sends misses to its task sink
 (the standard worker pool, or an inline executor). Compilation therefore
 overlaps the rest of command construction.
@@ -28,7 +28,7 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import BACKENDS
 from loomcli.errors import EXIT_ENV, LoomError
 from loomcli.frontier.product import COMPILED_MODULE_ROUTE, CommandProduct, Request
-from loomcli.jobs.compile import CompileOutcome, CompileRequest, CompileService
+from loomcli.service.compile import CompileOutcome, CompileRequest, CompileService
 from loomcli.targets.profiles import Profile
 
 UNNUMBERED = "kernel"

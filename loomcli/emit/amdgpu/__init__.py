@@ -3,7 +3,7 @@
 `emit_amdgpu(module, profile, fmt)` runs the shared lowering
 (`loomcli.emit.llvm`) with AMDGPU's target data (`.target`), hands the LLVM
 IR to a warm worker process for LLVM's optimizer and code generator
-(`loomcli.jobs.isolated`, `loomcli.emit.llvm.codegen`), links the relocatable
+(`loomcli.runtime.isolated`, `loomcli.emit.llvm.codegen`), links the relocatable
 object into a shared object in Python (`.elf`), and reads the kernels'
 `NT_AMDGPU_METADATA` (`.msgpack`) for the manifest (`.manifest`).
 

@@ -1,6 +1,6 @@
 """What every LLVM-based back end does the same way: lower a module's
 exported kernels with the target's data, and run LLVM's optimizer and code
-generator in the warm worker process (`loomcli.jobs.isolated`).
+generator in the warm worker process (`loomcli.runtime.isolated`).
 
 A back end (`loomcli.emit.amdgpu`, `loomcli.emit.nvptx`) passes its
 `LLVMTarget` maker and what it does with LLVM's output; nothing here asks
@@ -56,7 +56,7 @@ def lower(module: Module, profile: Profile, target: LLVMTarget, kernel_target: K
 
 def codegen(ir: str, target: LLVMTarget, emit: str) -> bytes:
     """LLVM's optimizer and code generator, in the warm worker process."""
-    from loomcli.jobs.isolated import RemoteError, WorkerCrash, shared_worker
+    from loomcli.runtime.isolated import RemoteError, WorkerCrash, shared_worker
 
     header = {"triple": target.triple, "cpu": target.cpu, "features": target.features,
               "datalayout": target.datalayout, "emit": emit, "opt": 3}
@@ -79,6 +79,6 @@ def codegen(ir: str, target: LLVMTarget, emit: str) -> bytes:
 
 def start_worker() -> None:
     """Start (or keep) the code generation worker; it warms up meanwhile."""
-    from loomcli.jobs.isolated import shared_worker
+    from loomcli.runtime.isolated import shared_worker
 
     shared_worker((CODEGEN,)).start()

@@ -1,7 +1,7 @@
 """LLVM code generation: LLVM IR text in, object or assembly bytes out.
 
 This module imports llvmlite and is meant to run inside a worker process
-(`loomcli.jobs.isolated`): LLVM reports some errors by aborting, and an
+(`loomcli.runtime.isolated`): LLVM reports some errors by aborting, and an
 abort there cannot take `loom` down. Target machines and pass builders are
 created once per process and reused.
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 from loomcli.cache import Cache, open_cache
 from loomcli.errors import atomic_write
-from loomcli.jobs import forkserver
-from loomcli.jobs.compile import CompileService
-from loomcli.jobs.interrupts import sigterm_as_interrupt
-from loomcli.jobs.jobserver import Jobserver, JobserverServer, TokenGate, connect
-from loomcli.jobs.pool import TaskEvent, WorkerPool, resolve_jobs
-from loomcli.jobs.tasks import InlineExecutor, Task, TaskResult
+from loomcli.runtime import forkserver
+from loomcli.runtime.interrupts import sigterm_as_interrupt
+from loomcli.runtime.jobserver import Jobserver, JobserverServer, TokenGate, connect
+from loomcli.runtime.pool import TaskEvent, WorkerPool, resolve_jobs
+from loomcli.runtime.tasks import InlineExecutor, Task, TaskResult
+from loomcli.service.compile import CompileService
 
 # A folder where every compile session without --trace writes its trace to a new file: the way to
 # see what each loom did when a build system (CMake, make, Bazel) runs it with its own arguments.
@@ -84,7 +84,7 @@ def preload_for(targets: list[str], extra: tuple[str, ...] = ()) -> tuple[str, .
     from loomcli.emit import backend_for
     from loomcli.targets.profiles import parse_target
 
-    mods = ["loomcli.jobs.compile", *extra]
+    mods = ["loomcli.service.compile", *extra]
     if any(backend_for(parse_target(t)).llvm for t in targets):
         mods.append("loomcli.emit.llvm.codegen")
     return tuple(mods)

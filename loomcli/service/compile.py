@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import FORMATS
 from loomcli.errors import LoomError
-from loomcli.jobs.tasks import Task, TaskResult, TaskSink, WorkerContext
+from loomcli.runtime.tasks import Task, TaskResult, TaskSink, WorkerContext
 
 if TYPE_CHECKING:
     from loomcli.cache import Cache
 
-TASK_FUNCTION = "loomcli.jobs.compile:compile_task"
+TASK_FUNCTION = "loomcli.service.compile:compile_task"
 TARGET_FORMATS = tuple(FORMATS)   # every artifact format of the emitter table
 MODULE_FORMATS = ("loom-bytecode", "loom-text")
 
@@ -321,7 +321,7 @@ def cache_key(request: CompileRequest) -> str:
     """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
     from loomcli import __version__
     from loomcli.emit import backend_for
-    from loomcli.jobs.fingerprint import compiler_fingerprint, llvm_version
+    from loomcli.service.fingerprint import compiler_fingerprint, llvm_version
     from loomcli.targets.profiles import parse_target
 
     header = request.header()

@@ -3,7 +3,7 @@
 Starting a pool worker costs about 0.3 s of CPU: an interpreter, the
 compiler's imports, LLVM's initialization. Paid once per slot, that is 0.6 s
 of a two-core build that lasts 2.5 s, spent while the cores should be
-compiling. Here one server process (`python -m loomcli.jobs.forkserver FD
+compiling. Here one server process (`python -m loomcli.runtime.forkserver FD
 BOUND MODULE...`) imports and warms the preloaded modules once, then forks a
 worker per request: every worker starts warm in about a millisecond, and
 the prepared state (parsed pass programs, op tables, LLVM's target
@@ -15,7 +15,7 @@ one JSON packet per request and one per reply, strictly in turn:
 - `{"op": "fork", "ordinal": N, "scratch": PATH}` with three descriptors
   attached (the worker's request pipe, its reply pipe, its stderr file):
   forks a worker that serves the pool's framing on those pipes
-  (`loomcli.jobs.isolated.serve`) with `WorkerContext(N, PATH)`; reply
+  (`loomcli.runtime.isolated.serve`) with `WorkerContext(N, PATH)`; reply
   `{"pid": P}`.
 - `{"op": "poll", "pid": P}` / `{"op": "wait", "pid": P, "timeout": S}`:
   the worker's return code once it has ended (`subprocess`'s convention:
@@ -45,8 +45,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from loomcli.jobs import spawn
-from loomcli.jobs.isolated import (
+from loomcli.runtime import spawn
+from loomcli.runtime.isolated import (
     Worker,
     await_exit,
     die_with_parent,
@@ -55,7 +55,7 @@ from loomcli.jobs.isolated import (
     prepare_child,
     serve,
 )
-from loomcli.jobs.tasks import WorkerContext
+from loomcli.runtime.tasks import WorkerContext
 
 _PACKET = 65536  # requests and replies are small JSON
 
@@ -275,7 +275,7 @@ class ForkedWorker(Worker):
 
 
 def adopt(preload: Sequence[str]) -> ForkServer | None:
-    """The server `loomcli.jobs.spawn.prestart` started, as a `ForkServer`, if
+    """The server `loomcli.runtime.spawn.prestart` started, as a `ForkServer`, if
     there is one that imports at least `preload` (handed out once)."""
     started = spawn.take(preload)
     if started is None:
@@ -289,7 +289,7 @@ def adopt(preload: Sequence[str]) -> ForkServer | None:
 
 
 def _server_main(argv: list[str]) -> None:
-    """`python -m loomcli.jobs.forkserver FD BOUND MODULE...`"""
+    """`python -m loomcli.runtime.forkserver FD BOUND MODULE...`"""
     fd, bound, *preload = argv
     sock = socket.socket(fileno=int(fd))
     # The socket closing ends the server (the pool is done, or the

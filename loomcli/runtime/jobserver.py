@@ -36,9 +36,9 @@ import threading
 from dataclasses import dataclass
 
 # Reading MAKEFLAGS lives with the light start-up code that needs it first; it is the jobserver's business too.
-from loomcli.jobs.spawn import MakeFlags as MakeFlags
-from loomcli.jobs.spawn import inherited_fds as inherited_fds
-from loomcli.jobs.spawn import parse_makeflags as parse_makeflags
+from loomcli.runtime.spawn import MakeFlags as MakeFlags
+from loomcli.runtime.spawn import inherited_fds as inherited_fds
+from loomcli.runtime.spawn import parse_makeflags as parse_makeflags
 
 
 @dataclass(frozen=True)

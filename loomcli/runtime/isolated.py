@@ -2,7 +2,7 @@
 
 LLVM reports some errors by aborting the process (`LLVM ERROR: Cannot
 select`, assertion failures). Code generation therefore runs in a child
-process: `python -m loomcli.jobs.isolated MODULE...` imports the named
+process: `python -m loomcli.runtime.isolated MODULE...` imports the named
 modules (calling their `warm()` if they have one), then serves requests on
 stdin/stdout until stdin closes.
 
@@ -20,7 +20,7 @@ printed. A new child starts on the next request. `shared_worker()` is the
 process-wide worker the emitters use; a pool can hold several `Worker`s.
 The child ignores SIGINT: Ctrl-C reaches the coordinator, which closes it.
 
-A process that is itself a worker (a pool worker, `loomcli.jobs.pool`) is
+A process that is itself a worker (a pool worker, `loomcli.runtime.pool`) is
 already the crash isolation: there `shared_worker()` runs functions in this
 process instead of starting a grandchild, so LLVM stays warm in the worker.
 """
@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, NoReturn
 
-from loomcli.jobs.spawn import child_env, inherited_fds
+from loomcli.runtime.spawn import child_env, inherited_fds
 
 _FRAME = struct.Struct("<II")
 _STATUS = struct.Struct("<B")
@@ -127,9 +127,9 @@ class Worker:
     """One warm child process serving one request at a time.
 
     `entry` is the module the child runs (`python -m entry *args`); a pool
-    starts its workers through `loomcli.jobs.pool` with the same framing."""
+    starts its workers through `loomcli.runtime.pool` with the same framing."""
 
-    def __init__(self, preload: Sequence[str] = (), entry: str = "loomcli.jobs.isolated",
+    def __init__(self, preload: Sequence[str] = (), entry: str = "loomcli.runtime.isolated",
                  args: Sequence[str] | None = None) -> None:
         self.preload = tuple(preload)
         self.entry = entry

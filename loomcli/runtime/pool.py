@@ -5,8 +5,8 @@ slots is a coordinator thread that owns one worker process with a dense
 ordinal and a private scratch folder; the process is started once (lazily,
 or early with `warm`) with the prepared immutable state its preloaded
 modules build, then serves small requests over the framing of
-`loomcli.jobs.isolated` and returns bytes. On Linux the workers are forked
-from one warm server (`loomcli.jobs.forkserver`), so that state is built
+`loomcli.runtime.isolated` and returns bytes. On Linux the workers are forked
+from one warm server (`loomcli.runtime.forkserver`), so that state is built
 once per pool and shared; elsewhere each worker is its own interpreter. A
 worker process is its own crash isolation: LLVM runs inside it
 (`shared_worker()` is the process itself there), and a worker that dies
@@ -37,10 +37,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from loomcli.errors import UsageError
-from loomcli.jobs import forkserver
-from loomcli.jobs.isolated import RemoteError, Worker, WorkerCrash
-from loomcli.jobs.jobserver import TokenGate
-from loomcli.jobs.tasks import Task, TaskResult, WorkerContext, usable_cpus
+from loomcli.runtime import forkserver
+from loomcli.runtime.isolated import RemoteError, Worker, WorkerCrash
+from loomcli.runtime.jobserver import TokenGate
+from loomcli.runtime.tasks import Task, TaskResult, WorkerContext, usable_cpus
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class WorkerPool:
                  server: forkserver.ForkServer | None = None) -> None:
         self._jobs = max(1, jobs)
         self._preload = tuple(preload)
-        # Workers forked from one warm server (`loomcli.jobs.forkserver`; `server`:
+        # Workers forked from one warm server (`loomcli.runtime.forkserver`; `server`:
         # one already started, which the pool now owns) where the platform
         # allows; `fork=False` starts each as its own interpreter.
         use_fork = forkserver.available() if fork is None else fork
@@ -185,7 +185,7 @@ class WorkerPool:
             self._server.start()  # from the submitting thread, which outlives the slot threads
             worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
         else:
-            worker = Worker(self._preload, entry="loomcli.jobs.pool", args=[str(ordinal), scratch, *self._preload])
+            worker = Worker(self._preload, entry="loomcli.runtime.pool", args=[str(ordinal), scratch, *self._preload])
         self._workers.append(worker)
         thread = threading.Thread(target=self._serve, args=(ordinal, worker), name=f"loom-slot-{ordinal}",
                                   daemon=True)
@@ -263,8 +263,8 @@ class WorkerPool:
 
 
 def _worker_main(argv: list[str]) -> None:
-    """`python -m loomcli.jobs.pool ORDINAL SCRATCH MODULE...`: one pool worker."""
-    from loomcli.jobs.isolated import end_child, prepare_child, serve
+    """`python -m loomcli.runtime.pool ORDINAL SCRATCH MODULE...`: one pool worker."""
+    from loomcli.runtime.isolated import end_child, prepare_child, serve
 
     ordinal, scratch, *preload = argv
     replies = prepare_child(preload, bound_to_parent=True)

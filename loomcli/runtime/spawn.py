@@ -1,7 +1,7 @@
 """Starting loom's child processes, light enough to run first thing.
 
 A `loom build` that its no-op check did not answer almost always compiles,
-and its pool's fork server (`loomcli.jobs.forkserver`) needs about 0.25 s
+and its pool's fork server (`loomcli.runtime.forkserver`) needs about 0.25 s
 to warm up. `prestart` starts that server before click, the project or any
 compiler module is imported, with nothing but `os`, `sys` and `_socket`:
 through `subprocess` and the fork server's module it would first spend
@@ -111,7 +111,7 @@ class SpawnedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         if self.poll() is None:
-            from loomcli.jobs.isolated import await_exit
+            from loomcli.runtime.isolated import await_exit
 
             await_exit(self.pid, timeout)  # without the lock: `poll` never blocks
             if self.poll() is None:
@@ -144,7 +144,7 @@ class Started:
 
 
 def start_server(preload: Sequence[str]) -> Started:
-    """Start `python -m loomcli.jobs.forkserver FD BOUND MODULE...` (Linux):
+    """Start `python -m loomcli.runtime.forkserver FD BOUND MODULE...` (Linux):
     its stdin and stdout /dev/null, its stderr an unnamed file, every
     inherited descriptor closed but the jobserver pipe MAKEFLAGS names
     (posix_spawn has no close_fds; our own are close-on-exec already).
@@ -169,7 +169,7 @@ def start_server(preload: Sequence[str]) -> Started:
         threading = sys.modules.get("threading")  # never imported: this is the only thread
         bound = threading is None or threading.current_thread() is threading.main_thread()
         pid = os.posix_spawn(sys.executable,
-                             [sys.executable, "-m", "loomcli.jobs.forkserver", str(fd), "1" if bound else "0",
+                             [sys.executable, "-m", "loomcli.runtime.forkserver", str(fd), "1" if bound else "0",
                               *preload], env, file_actions=actions)
     except BaseException:
         ours.close()

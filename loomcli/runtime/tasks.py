@@ -22,7 +22,7 @@ call them in another interpreter; they are called as
 `payload` is bytes: tasks stay small and results come back as bytes.
 
 `InlineExecutor` is the simplest sink: it runs each task at submission, in
-this process, as worker 0. The standard pool (`loomcli.jobs.pool`) is the
+this process, as worker 0. The standard pool (`loomcli.runtime.pool`) is the
 other implementation.
 """
 

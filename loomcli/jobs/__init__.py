@@ -1,1 +1,0 @@
-"""Jobs: running work outside the coordinator process (code generation workers)."""
