@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from loomcli.check.interpreter import _TRANSCENDENTAL, Interpreter, Root
+from loomcli.check.interpreter import _APPROXIMATE, Interpreter, Root
 from loomcli.frontend import parse_text
 from loomcli.ir.types import BF16, F16, F32, F64, Type
 from loomcli.passes import PassContext, parse_pipeline
@@ -77,7 +77,7 @@ def inputs(fn: str, t: str) -> list[tuple[float, ...]]:
 
 def reference(fn: str, args: tuple[float, ...]) -> float:
     """The correctly rounded f64 value of the op, Python's math where that is exact (special values)."""
-    python = _TRANSCENDENTAL[OPS[fn]](*args)
+    python = _APPROXIMATE["scalar." + OPS[fn]](*args)
     if not all(math.isfinite(a) for a in args) or not math.isfinite(python) or python == 0.0:
         return python
     mp = pytest.importorskip("mpmath")

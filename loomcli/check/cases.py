@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, ScalarType, ShapedType, Type, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
 from loomcli.semantics.fold import canonical, float_bits, float_from_bits, round_exact, round_float
@@ -353,7 +354,7 @@ class CaseRunner(Evaluator):
         return []
 
 
-_CASE_OPS: dict[str, Callable[[CaseRunner, Operation, dict[Value, Any]], list[Any]]] = {
+_CASE_OPS: OpTable[Callable[[CaseRunner, Operation, dict[Value, Any]], list[Any]]] = OpTable("check.cases._CASE_OPS", {
     "check.param.choice": CaseRunner._param,
     "check.literal": CaseRunner._literal,
     "check.generate.fill": CaseRunner._fill,
@@ -361,4 +362,4 @@ _CASE_OPS: dict[str, Callable[[CaseRunner, Operation, dict[Value, Any]], list[An
     "check.expect.equal": CaseRunner._expect,
     "check.expect.close": CaseRunner._expect,
     "kernel.launch": CaseRunner._launch,
-}
+})

@@ -32,12 +32,13 @@ from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CONVERGENT as CONVERGENT_TRAIT
-from loomcli.ir.ops import OPS, ops_with
+from loomcli.ir.ops import OPS, OpTable, ops_with
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
     FOLDERS,
+    Folder,
     canonical,
     check_predicates,
     constant_value,
@@ -191,10 +192,12 @@ def _pow(a: float, b: float) -> float:
         return -math.inf if a < 0.0 and odd else math.inf
 
 
-_TRANSCENDENTAL: dict[str, Callable[..., float]] = {
-    "expf": _safe(math.exp), "exp2f": _safe(lambda x: 2.0 ** x), "logf": _log(math.log), "log2f": _log(math.log2),
-    "tanhf": math.tanh, "sinf": _safe(math.sin), "cosf": _safe(math.cos), "rsqrtf": _rsqrt, "powf": _pow,
-}
+# The approximate ops (no folder), in binary64 and rounded once to the op's type.
+_APPROXIMATE: OpTable[Callable[..., float]] = OpTable("check.interpreter._APPROXIMATE", {
+    "scalar.expf": _safe(math.exp), "scalar.exp2f": _safe(lambda x: 2.0 ** x), "scalar.logf": _log(math.log),
+    "scalar.log2f": _log(math.log2), "scalar.tanhf": math.tanh, "scalar.sinf": _safe(math.sin),
+    "scalar.cosf": _safe(math.cos), "scalar.rsqrtf": _rsqrt, "scalar.powf": _pow,
+})
 
 
 def _scalar_op(name: str, elem: ScalarType, attrs: dict[str, Any], arity: int) -> Operation:
@@ -475,35 +478,12 @@ class Interpreter:
     def _compile(self, op: Operation) -> tuple[Any, bool]:
         """(fn(inv, env) -> results, convergent?). A convergent fn is a generator function."""
         name = op.opdef.name
-        operands = op.operands
-        if name in CONSTANT_OPS or name in ("config.get", "target.subgroup.size"):
-            try:
-                out = [constant_value(op)] if name in CONSTANT_OPS else self.evaluator.run_op(op, {})
-            except EvaluationError as e:
-                err = e
-
-                def failing(inv: Invocation, env: dict[Value, Any]) -> Any:
-                    raise err
-                return failing, False
-            return (lambda inv, env: out), False
         special = _HANDLERS.get(name)
         if special is not None:
             return special(self, op)
         folder = FOLDERS.get(name)
         if folder is not None:
-            if name == "index.assume":
-                return (lambda inv, env: folder(op, [env[v] for v in operands], env.get)), False
-            if len(operands) == 2:
-                a, b = operands
-                return (lambda inv, env: folder(op, [env[a], env[b]], None)), False
-            if len(operands) == 1:
-                (a,) = operands
-                return (lambda inv, env: folder(op, [env[a]], None)), False
-            return (lambda inv, env: folder(op, [env[v] for v in operands], None)), False
-        if name.startswith("scalar.") and name[7:] in _TRANSCENDENTAL:
-            math_fn = _TRANSCENDENTAL[name[7:]]
-            t = op.results[0].type
-            return (lambda inv, env: [round_float(t, math_fn(*[env[v] for v in operands]))]), False
+            return _folded(op, folder), False
 
         def unsupported(inv: Invocation, env: dict[Value, Any]) -> Any:
             raise NotEvaluable(f"the interpreter does not run {name}")
@@ -541,15 +521,46 @@ class Interpreter:
 # ------------------------------------------------------------------ op handlers
 
 Handler = Callable[[Interpreter, Operation], tuple[Any, bool]]
-_HANDLERS: dict[str, Handler] = {}
+# What the interpreter runs beyond the folders (`FOLDERS` runs every op with a
+# meaning on constants); tests/test_op_tables.py holds the two to every op a
+# kernel body or device function may hold.
+_HANDLERS: OpTable[Handler] = OpTable("check.interpreter._HANDLERS")
+handler = _HANDLERS.register
 
 
-def handler(*names: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            _HANDLERS[n] = fn
-        return fn
-    return register
+def _folded(op: Operation, folder: Folder) -> Any:
+    operands = op.operands
+    if op.opdef.name == "index.assume":
+        return lambda inv, env: folder(op, [env[v] for v in operands], env.get)
+    if len(operands) == 2:
+        a, b = operands
+        return lambda inv, env: folder(op, [env[a], env[b]], None)
+    if len(operands) == 1:
+        (a,) = operands
+        return lambda inv, env: folder(op, [env[a]], None)
+    return lambda inv, env: folder(op, [env[v] for v in operands], None)
+
+
+@handler(*CONSTANT_OPS, "config.get", "target.subgroup.size")
+def _known(it: Interpreter, op: Operation) -> tuple[Any, bool]:
+    """Constants, and what the evaluator knows before the launch (config, the target)."""
+    try:
+        out = [constant_value(op)] if op.opdef.name in CONSTANT_OPS else it.evaluator.run_op(op, {})
+    except EvaluationError as e:
+        err = e
+
+        def failing(inv: Invocation, env: dict[Value, Any]) -> Any:
+            raise err
+        return failing, False
+    return (lambda inv, env: out), False
+
+
+@handler(*_APPROXIMATE)
+def _approximate(it: Interpreter, op: Operation) -> tuple[Any, bool]:
+    math_fn = _APPROXIMATE[op.opdef.name]
+    t = op.results[0].type
+    operands = op.operands
+    return (lambda inv, env: [round_float(t, math_fn(*[env[v] for v in operands]))]), False
 
 
 @handler("kernel.workitem.id", "kernel.workgroup.id", "kernel.workgroup.size", "kernel.workgroup.count",
@@ -766,7 +777,7 @@ def _vreduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     return run, False
 
 
-@handler("vector.fmaf", "vector.addf", "vector.mulf", "vector.addi", "vector.muli", "vector.subf", "vector.subi")
+@handler("vector.fmaf", "vector.addf", "vector.mulf", "vector.addi", "vector.muli")
 def _lanewise(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     sname = "scalar." + op.opdef.name[len("vector."):]
     elem = op.results[0].type.elem

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import BUFFER, Type
 from loomcli.targets.profiles import REFERENCE, U32_MAX, Profile
 
@@ -424,7 +425,9 @@ def _type_name(t: Type) -> str:
     return t.name
 
 
-_HANDLERS: dict[str, Callable[[Preparer, Operation, _Frame, list[Node]], list[Any]]] = {
+Handler = Callable[[Preparer, Operation, _Frame, list[Node]], list[Any]]
+# What the preparer does itself; every other op of a program is evaluated.
+_HANDLERS: OpTable[Handler] = OpTable("frontier.prepare._HANDLERS", {
     "scf.if": Preparer._if,
     "scf.for": Preparer._for,
     "command.serial": Preparer._group,
@@ -432,4 +435,4 @@ _HANDLERS: dict[str, Callable[[Preparer, Operation, _Frame, list[Node]], list[An
     "command.program.launch": Preparer._program_launch,
     "kernel.launch": Preparer._launch,
     "kernel.dispatch": Preparer._dispatch,
-}
+})

@@ -9,7 +9,7 @@ this table; adding an op is one row here plus, if it needs one, a rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -94,6 +94,7 @@ MEMORY = "memory"            # memory access or allocation (forbidden in `pure`)
 LAUNCH = "launch"            # launches or dispatches work
 COMMUTATIVE = "commutative"  # two operands that may swap (the canonicalizer orders constants right)
 TARGET_RECORD = "target record"  # `<family>.target<chip> @r {keys}` (LANGUAGE.md 7.8)
+APPROXIMATE = "approximate"  # no exactly rounded result (section 7.2): never folded; each target's precision
 
 FASTMATH = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
 OVERFLOW = ("nsw", "nuw")
@@ -202,8 +203,12 @@ _COMMUTES = {"add", "mul", "min", "max", "andi", "ori", "xori", "addi", "muli", 
              "addf", "mulf", "minimumf", "maximumf", "minnumf", "maxnumf"}
 
 
+_APPROXIMATES = {"rsqrtf", "expf", "exp2f", "logf", "log2f", "tanhf", "sinf", "cosf", "powf"}
+
+
 def _arith(name: str) -> set[str]:
-    return {PURE, COMMUTATIVE} if name in _COMMUTES else {PURE}
+    traits = {PURE, COMMUTATIVE} if name in _COMMUTES else {PURE}
+    return traits | {APPROXIMATE} if name in _APPROXIMATES else traits
 
 
 for _n in ("add", "sub", "mul", "div", "rem", "min", "max", "andi", "ori", "xori", "shli", "shrsi", "shrui"):
@@ -236,7 +241,7 @@ for _n in ("addf", "subf", "mulf", "divf", "minimumf", "maximumf", "minnumf", "m
        traits=_arith(_n), operands=_BINARY, results=_RESULT, example=f"%r = scalar.{_n}<nnan|nsz> %a, %b : f32")
 for _n in ("sqrtf", "negf", "rsqrtf", "expf", "exp2f", "logf", "log2f", "tanhf", "sinf", "cosf"):
     op(f"scalar.{_n}", Kind(FASTMATH, flags=True, attr="flags"), Operands(), TypeSame(), rule="float_unary",
-       traits=_P, operands=_UNARY, results=_RESULT, example=f"%r = scalar.{_n} %x : f32")
+       traits=_arith(_n), operands=_UNARY, results=_RESULT, example=f"%r = scalar.{_n} %x : f32")
 for _n in ("absf", "floorf", "ceilf"):
     op(f"scalar.{_n}", Operands(), TypeSame(), rule="float_unary", traits=_P, operands=_UNARY, results=_RESULT,
        example=f"%r = scalar.{_n} %x : f32")
@@ -498,11 +503,12 @@ class OpTable(dict[str, V]):
     selectors, interpreter handlers): every key must be a declared op, so a
     misspelled or removed name fails when the table's module is imported,
     not when a program first reaches it. `what` names the table in that
-    error and in coverage tests."""
+    error and in coverage tests (tests/test_op_tables.py)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, entries: Mapping[str, V] | None = None) -> None:
         super().__init__()
         self.what = what
+        self.update(entries or {})
 
     def __setitem__(self, name: str, value: V) -> None:
         if name not in OPS:
@@ -511,6 +517,15 @@ class OpTable(dict[str, V]):
             raise KeyError(f"{self.what}: {name!r} is registered twice")
         super().__setitem__(name, value)
 
+    def update(self, entries: Mapping[str, V], /) -> None:  # type: ignore[override]
+        for name, value in entries.items():
+            self[name] = value
+
+    def setdefault(self, name: str, value: V) -> V:  # type: ignore[override]
+        if name not in self:
+            self[name] = value
+        return self[name]
+
     def register(self, *names: str) -> Callable[[V], V]:
         """A decorator that enters its function under every name in `names`."""
         def enter(value: V) -> V:
@@ -518,3 +533,12 @@ class OpTable(dict[str, V]):
                 self[name] = value
             return value
         return enter
+
+
+def op_names(*names: str) -> frozenset[str]:
+    """A set of op names, each checked like an `OpTable` key (a misspelled
+    name fails at import)."""
+    unknown = [n for n in names if n not in OPS]
+    if unknown:
+        raise KeyError(f"{', '.join(map(repr, unknown))} is not a Loom op (loomcli.ir.ops)")
+    return frozenset(names)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
-from loomcli.ir.ops import ops_with
+from loomcli.ir.ops import OpTable, ops_with
 from loomcli.ir.types import I1, INDEX, OFFSET, ScalarType
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
@@ -460,7 +460,7 @@ def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
 # ---------------------------------------------------------------- the table
 
 
-def _table() -> dict[str, list[Pattern]]:
+def _table() -> OpTable[list[Pattern]]:
     table: dict[str, list[Pattern]] = {}
 
     def add(names: Sequence[str], *patterns: Pattern) -> None:
@@ -495,10 +495,10 @@ def _table() -> dict[str, list[Pattern]]:
     add(["index.assume"], assume_nothing)
     add(["scf.if"], if_constant_condition, if_empty)
     add(["scf.for"], for_trivial_trip)
-    return table
+    return OpTable("passes.canonicalize.PATTERNS", table)
 
 
-PATTERNS: dict[str, list[Pattern]] = _table()
+PATTERNS: OpTable[list[Pattern]] = _table()
 
 
 @dataclass(frozen=True)

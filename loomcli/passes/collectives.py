@@ -269,6 +269,9 @@ class ExpandCollectives(ModulePass):
     summary = ("Expand kernel.workgroup.reduce into a subgroup reduce, one workgroup scratch slot per subgroup, "
                "barriers and an in-order fold.")
 
+    def removes(self, target: Profile | None) -> frozenset[str]:
+        return frozenset({SITE})
+
     def applies(self, module: Module, ctx: PassContext) -> bool:
         return any(_is_site(op) for kernel in module.ops if kernel.opdef.name == "kernel.def"
                    for op in kernel.region("body").walk_ops())

@@ -32,14 +32,17 @@ from dataclasses import dataclass
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import Namer, create, substitute
 from loomcli.ir.core import BlockArgument, Module, Operation, Signature, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import BF16, F16, F32, F64, I32, Type
 from loomcli.passes import mathlib
 from loomcli.passes.mathlib import Builder, MathLib
 from loomcli.passes.registry import ModulePass, PassContext
+from loomcli.targets.profiles import Profile
 
 # Loom op -> the function's name in profiles' `native_math`.
-TRANSCENDENTAL = {"scalar.expf": "exp", "scalar.exp2f": "exp2", "scalar.logf": "log", "scalar.log2f": "log2",
-                  "scalar.sinf": "sin", "scalar.cosf": "cos", "scalar.tanhf": "tanh", "scalar.powf": "pow"}
+TRANSCENDENTAL = OpTable("passes.expand_math.TRANSCENDENTAL", {
+    "scalar.expf": "exp", "scalar.exp2f": "exp2", "scalar.logf": "log", "scalar.log2f": "log2",
+    "scalar.sinf": "sin", "scalar.cosf": "cos", "scalar.tanhf": "tanh", "scalar.powf": "pow"})
 _NARROW = (F16, BF16)
 
 
@@ -47,6 +50,11 @@ _NARROW = (F16, BF16)
 class ExpandMath(ModulePass):
     name = "expand-math"
     summary = "expand exp, log, sin, cos, tanh, pow the target lacks into Loom scalar ops (private functions)"
+
+    def removes(self, target: Profile | None) -> frozenset[str]:
+        """The functions the target has for no type at all."""
+        native = {fn for fn, _ in target.native_math} if target is not None else set()
+        return frozenset(name for name, fn in TRANSCENDENTAL.items() if fn not in native)
 
     def applies(self, module: Module, ctx: PassContext) -> bool:
         native = ctx.target.native_math if ctx.target is not None else frozenset()

@@ -86,6 +86,12 @@ class ModulePass:
         clone only when some pass has work). Default: assume it would."""
         return True
 
+    def removes(self, target: Any) -> frozenset[str]:
+        """The ops this pass leaves none of in a module compiled for `target`
+        (a profile, or None): what instruction selectors after it need not
+        take. tests/test_op_tables.py derives the selectors' tables from it."""
+        return frozenset()
+
     @classmethod
     def options(cls) -> list[PassOption]:
         out = []

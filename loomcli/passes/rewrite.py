@@ -25,9 +25,6 @@ from loomcli.semantics.fold import to_literal
 Pattern = Callable[[Operation, "Rewriter"], bool]
 PatternTable = Mapping[str, Sequence[Pattern]]
 
-ANY_OP = "*"  # table key for patterns tried on every op
-
-
 class RewriteListener:
     """Told about every change a `Rewriter` makes."""
 
@@ -275,15 +272,15 @@ class _Worklist(RewriteListener):
 
 
 def apply_patterns(module: Module, table: PatternTable, *, max_iterations: int = 10, erase_dead: bool = True,
-                   max_rewrites: int = 1_000_000) -> bool:
-    """Apply `table` (op name -> patterns; `ANY_OP` -> patterns for every op)
-    until a fixed point or `max_iterations` sweeps. With `erase_dead`,
+                   max_rewrites: int = 1_000_000, every_op: Sequence[Pattern] = ()) -> bool:
+    """Apply `table` (op name -> patterns; `every_op`: patterns tried on every
+    op after its own) until a fixed point or `max_iterations` sweeps. With `erase_dead`,
     trivially dead pure ops are erased on the way. Returns whether anything
     changed. Deterministic: the worklist is seeded in program order and
     every change requeues in a fixed order."""
     worklist = _Worklist()
     rewriter = Rewriter(module, worklist)
-    generic = table.get(ANY_OP, ())
+    generic = tuple(every_op)
     changed_any = False
     for _ in range(max(1, max_iterations)):
         for op in reversed(list(module.walk())):
@@ -315,4 +312,4 @@ def apply_patterns(module: Module, table: PatternTable, *, max_iterations: int =
     return changed_any
 
 
-__all__ = ["ANY_OP", "Pattern", "PatternTable", "RewriteListener", "Rewriter", "apply_patterns"]
+__all__ = ["Pattern", "PatternTable", "RewriteListener", "Rewriter", "apply_patterns"]

@@ -42,6 +42,9 @@ class SelectTemplates(ModulePass):
     require_resolved: bool = option("a reachable unbound config.get is CONFIG/003 (the module will be emitted or run)",
                                     False)
 
+    def removes(self, target: Profile | None) -> frozenset[str]:
+        return frozenset({"template.apply"}) if self.mode == "final" else frozenset()
+
     def run(self, module: Module, ctx: PassContext) -> None:
         from loomcli.errors import UsageError
         from loomcli.passes.select import select_templates

@@ -10,10 +10,11 @@ past `max_steps` ops (LANGUAGE.md section 17 item 15: 10^6).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, Region, Value
+from loomcli.ir.ops import OpTable
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
     NOT_CONSTANT,
@@ -115,8 +116,6 @@ class Evaluator:
 
     def run_op(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         name = op.opdef.name
-        if name in CONSTANT_OPS:
-            return [constant_value(op)]
         handler = _SPECIAL.get(name)
         if handler is not None:
             return handler(self, op, env)
@@ -125,6 +124,9 @@ class Evaluator:
         if results is None:
             raise NotEvaluable(f"{name} is not evaluated at compile time")
         return results
+
+    def _constant(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
+        return [constant_value(op)]
 
     def _scf_if(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         cond = self._get(env, op.operand("condition"))
@@ -174,7 +176,10 @@ class Evaluator:
         return [self.subgroup_size]
 
 
-_SPECIAL = {
+# What the evaluator runs beyond the folders.
+_SPECIAL: OpTable[Callable[[Evaluator, Operation, dict[Value, Any]], list[Any]]] = OpTable(
+    "semantics.evaluate._SPECIAL", {name: Evaluator._constant for name in CONSTANT_OPS})
+_SPECIAL.update({
     "scf.if": Evaluator._scf_if,
     "scf.for": Evaluator._scf_for,
     "scf.while": Evaluator._scf_while,
@@ -182,7 +187,7 @@ _SPECIAL = {
     "template.call": Evaluator._call,
     "config.get": Evaluator._config_get,
     "target.subgroup.size": Evaluator._subgroup_size,
-}
+})
 
 
 def evaluate_function(module: Module, fn: Operation | str, args: Sequence[Any], **options: Any) -> list[Any]:

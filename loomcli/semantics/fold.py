@@ -32,6 +32,7 @@ from typing import Any
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Operation, OpResult, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import BF16, F16, F32, F64, I1, INDEX, OFFSET, ScalarType, Type, is_float, is_int
 
 INDEX_MIN, INDEX_MAX = -(1 << 63), (1 << 63) - 1
@@ -330,15 +331,8 @@ def check_predicates(preds: Sequence[Pred], value_of: Lookup) -> bool | None:
 
 # ---------------------------------------------------------------- the folder table
 
-FOLDERS: dict[str, Folder] = {}
-
-
-def folder(*names: str) -> Callable[[Folder], Folder]:
-    def register(fn: Folder) -> Folder:
-        for n in names:
-            FOLDERS[n] = fn
-        return fn
-    return register
+FOLDERS: OpTable[Folder] = OpTable("semantics.fold.FOLDERS")
+folder = FOLDERS.register
 
 
 def fold_op(op: Operation, args: list[Any], lookup: Lookup | None = None) -> list[Any] | None:

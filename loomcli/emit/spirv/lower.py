@@ -25,6 +25,7 @@ from loomcli.emit.spirv.builder import NATURAL_STORAGE, Builder
 from loomcli.emit.spirv.memory import Facts, Root, tracked
 from loomcli.emit.spirv.spec import GROUP_REDUCE, SC, BuiltIn, Cap, Op, Scope, Sem
 from loomcli.ir.core import Operation, Region, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import (
     BF16,
     BUFFER,
@@ -62,15 +63,8 @@ class ViewValue:
     strides: tuple[int, ...]   # u32 ids, one per axis except the last (whose stride is 1)
 
 
-LOWER: dict[str, Callable[[Lowerer, Operation], None]] = {}
-
-
-def lowers(*names: str) -> Callable[[Callable[[Lowerer, Operation], None]], Callable[[Lowerer, Operation], None]]:
-    def register(fn: Callable[[Lowerer, Operation], None]) -> Callable[[Lowerer, Operation], None]:
-        for n in names:
-            LOWER[n] = fn
-        return fn
-    return register
+LOWER: OpTable[Callable[[Lowerer, Operation], None]] = OpTable("emit.spirv.lower.LOWER")
+lowers = LOWER.register
 
 
 INDEX_CMP_SIGNED = {"eq": Op.IEqual, "ne": Op.INotEqual, "slt": Op.SLessThan, "sle": Op.SLessThanEqual,
@@ -107,9 +101,9 @@ GROUP_BOOL = {"addi": Op.GroupNonUniformLogicalXor, "xori": Op.GroupNonUniformLo
               "ori": Op.GroupNonUniformLogicalOr, "minsi": Op.GroupNonUniformLogicalOr,
               "maxsi": Op.GroupNonUniformLogicalAnd, "minui": Op.GroupNonUniformLogicalAnd,
               "maxui": Op.GroupNonUniformLogicalOr}
-COORDINATES = {"kernel.workitem.id": BuiltIn.LocalInvocationId, "kernel.workgroup.id": BuiltIn.WorkgroupId,
-               "kernel.workgroup.count": BuiltIn.NumWorkgroups,
-               "kernel.workitem.dispatch.id": BuiltIn.GlobalInvocationId}
+COORDINATES = OpTable("emit.spirv.lower.COORDINATES", {
+    "kernel.workitem.id": BuiltIn.LocalInvocationId, "kernel.workgroup.id": BuiltIn.WorkgroupId,
+    "kernel.workgroup.count": BuiltIn.NumWorkgroups, "kernel.workitem.dispatch.id": BuiltIn.GlobalInvocationId})
 AXIS = {"x": 0, "y": 1, "z": 2}
 SB_SEM = Sem.UniformMemory
 WG_SEM = Sem.WorkgroupMemory

@@ -21,11 +21,13 @@ elements are then assembled from several words).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.spirv.builder import NATURAL_STORAGE
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import OpTable
 from loomcli.ir.types import BUFFER, ELEMENT_BYTES, ScalarType, Type, is_float, is_view
 
 Roots = frozenset["Root"]
@@ -232,7 +234,7 @@ class RootAnalysis:
                 env[r] = roots
 
 
-_HANDLERS = {
+_HANDLERS: OpTable[Callable[..., None]] = OpTable("emit.spirv.memory._HANDLERS", {
     "buffer.alloca": RootAnalysis._alloca,
     "buffer.assume.noalias": lambda self, op, env: RootAnalysis._same(op, env),
     "buffer.assume.alignment": lambda self, op, env: RootAnalysis._same(op, env),
@@ -250,7 +252,7 @@ _HANDLERS = {
     "scf.while": RootAnalysis._while,
     "func.call": RootAnalysis._call,
     "template.call": RootAnalysis._call,
-}
+})
 
 
 def fold_value(v: Value, depth: int = 64) -> object:
