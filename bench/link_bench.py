@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--libraries", type=int, default=20)
     args = ap.parse_args()
 
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     print(f"{'kernels':>8} {'libraries':>9} {'median':>10} {'per kernel':>11}   "

@@ -16,7 +16,7 @@ import sys
 import time
 
 from loomcli.emit.artifacts import Emission
-from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import parse_target
 
 AMDGPU_INSTRUCTION = re.compile(r"^\s+(?:s_|v_|global_|buffer_|ds_|flat_|scratch_)\w*", re.M)

@@ -109,7 +109,7 @@ def main() -> None:
         print("  in process: front end + passes, then emission (lowering, LLVM in the warm worker, ptxas)")
         from loomcli.emit.artifacts import emit
         from loomcli.emit.llvm.backend import start_worker
-        from loomcli.pipeline import CompileOptions, compile_module
+        from loomcli.service.front import CompileOptions, compile_module
         from loomcli.targets.profiles import parse_target
 
         profile = parse_target(f"nvptx:{args.arch}")

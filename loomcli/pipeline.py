@@ -1,24 +1,41 @@
-"""The middle of the compiler as plain Python calls: link, bind, select, passes.
+"""The middle of the compiler as plain Python calls: link, bind, specialize, passes.
 
-Commands are thin shells over these functions; a build (and later its
-workers) calls them directly. Every function raises `CompileError` for
-input errors and returns warnings alongside its result.
+A compile is a `FrontEnd` (read, link, bind: assembled once, by
+`loomcli.service.front`) and then `specialize` per profile. `loom link` is
+`link_and_bind`. Every function raises `CompileError` for input errors and
+returns warnings alongside its result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
-from loomcli.ir.core import Module
+from loomcli.ir.core import Module, Operation
 from loomcli.ir.gcpause import gc_paused
 from loomcli.link.config import BindingCollector
 from loomcli.link.index import LinkIndex
 from loomcli.link.linker import LinkResult, link
 from loomcli.passes.bind import ConfigBindings, bind_module
 from loomcli.targets.profiles import Profile
+
+if TYPE_CHECKING:
+    from loomcli.passes.pipeline import Pipeline
+    from loomcli.passes.select import Decision
+
+
+@dataclass(frozen=True)
+class ConfigSources:
+    """Where a compile's config bindings come from, lowest precedence last:
+    `--config` flags, `--config-file`s, the project's [config] table, and the
+    `config.def`s of the inputs (LANGUAGE.md 11-12)."""
+
+    flags: Sequence[str] = ()                   # KEY=VALUE
+    files: Sequence[str] = ()
+    project: Mapping[str, Any] | None = None
+    project_path: str = "loom.toml"
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,10 @@ class LinkOptions:
     project_config: Mapping[str, Any] | None = None
     project_path: str = "loom.toml"
     strip_checks: bool = False
+
+    @property
+    def config_sources(self) -> ConfigSources:
+        return ConfigSources(self.config, self.config_files, self.project_config, self.project_path)
 
 
 @dataclass
@@ -54,15 +75,16 @@ class Linked:
         return self.result.plan
 
 
-def collect_bindings(options: LinkOptions, index: LinkIndex) -> ConfigBindings:
+def collect_bindings(config: ConfigSources, index: LinkIndex) -> ConfigBindings:
+    """Every binding of `config` and of the index's `config.def`s, merged by precedence."""
     from loomcli.frontend import display_path
 
     collector = BindingCollector()
-    collector.add_flags(options.config)
-    for path in options.config_files:
+    collector.add_flags(config.flags)
+    for path in config.files:
         collector.add_file(path, display_path(path))
-    if options.project_config:
-        collector.add_project(options.project_config, options.project_path)
+    if config.project:
+        collector.add_project(config.project, config.project_path)
     for item in index.inputs:
         if any(s.op_name == "config.def" for s in item.symbols):
             collector.add_module_defs(item.module())
@@ -80,26 +102,34 @@ def link_and_bind(options: LinkOptions, path: str = "<linked>") -> Linked:
 def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     index = LinkIndex.build(options.inputs, options.libraries)
     # A linked module is named for its first input: stable whatever the output is called.
-    return _link_bind(options, index, index.inputs[0].path if index.inputs else path)
-
-
-def _link_bind(options: LinkOptions, index: LinkIndex, path: str) -> Linked:
-    """Link `options.roots` of the index into a module called `path`, then bind config."""
+    path = index.inputs[0].path if index.inputs else path
     result = link(index, list(options.roots), options.mode, options.include_exports, options.allow_unresolved, path)
-    bindings = collect_bindings(options, index)
-    diags = bind_module(result.module, bindings, options.require_resolved_config, origins=result.origins)
-    if has_errors(diags):
-        raise CompileError(diags)
+    bindings = collect_bindings(options.config_sources, index)
+    diags = bind(result.module, bindings, options.require_resolved_config, result.origins)
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
                                      if op.name not in ("check.case", "check.benchmark")]
-    from loomcli.ir.verifier import verify
-
-    invalid = [d for d in verify(result.module) if d.severity == "error"]
-    if invalid:  # never hand out a module that does not verify: say why instead
-        raise CompileError(invalid)
+    verify_linked(result.module)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)
+
+
+def bind(module: Module, bindings: ConfigBindings, require_resolved: bool,
+         origins: Mapping[str, str] | None = None) -> list[Diagnostic]:
+    """Apply `bindings` to a linked `module`: its warnings, or CompileError."""
+    diags = bind_module(module, bindings, require_resolved, origins=origins)
+    if has_errors(diags):
+        raise CompileError(diags)
+    return diags
+
+
+def verify_linked(module: Module) -> None:
+    """Never hand out a module that does not verify: say why instead."""
+    from loomcli.ir.verifier import verify
+
+    invalid = [d for d in verify(module) if d.severity == "error"]
+    if invalid:
+        raise CompileError(invalid)
 
 
 def link_roots(index: LinkIndex, roots: Sequence[str], path: str) -> LinkResult:
@@ -107,18 +137,6 @@ def link_roots(index: LinkIndex, roots: Sequence[str], path: str) -> LinkResult:
     are named; a merge when there are none either) into a module called `path`."""
     roots = list(roots) or default_roots(index)
     return link(index, roots, "link" if roots else "merge", path=path)
-
-
-def bound_front_end(module: Module, bindings: ConfigBindings, pipeline: Any, origins: Mapping[str, str] | None = None,
-                    require_resolved_config: bool = False) -> FrontEnd:
-    """Apply `bindings` to a linked `module` and wrap it as the `FrontEnd`
-    every target compiles from: the end of the front half that a compile
-    request (`loomcli.service.compile`) and a `loom build` kernel set
-    (`loomcli.build.tasks`) share."""
-    warnings = bind_module(module, bindings, require_resolved_config, origins=origins)
-    if has_errors(warnings):
-        raise CompileError(warnings)
-    return FrontEnd(module, bindings, pipeline, warnings, [])
 
 
 def default_roots(index: LinkIndex) -> list[str]:
@@ -130,46 +148,10 @@ def default_roots(index: LinkIndex) -> list[str]:
     return roots
 
 
-def write_depfile(path: str, target: str, deps: Sequence[str]) -> None:
-    """Write `depfile(target, deps)` to `path`."""
-    from loomcli.errors import atomic_write
-
-    atomic_write(path, depfile(target, deps))
-
-
-def depfile(target: str, deps: Sequence[str]) -> bytes:
-    """A gcc-compatible depfile: the first target is the output, then every file read."""
-
-    def esc(p: str) -> str:
-        return p.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
-
-    seen: dict[str, None] = {}
-    for d in deps:
-        seen.setdefault(d, None)
-    lines = [f"{esc(target)}:"] + [f" {esc(d)}" for d in seen]
-    return (" \\\n".join(lines) + "\n").encode()
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    input: str
-    libraries: Sequence[str] = ()
-    roots: Sequence[str] = ()
-    config: Sequence[str] = ()
-    config_files: Sequence[str] = ()
-    pipeline: str = "default"
-    profile: Profile | None = None
-    require_resolved_config: bool = False
-    project_config: Mapping[str, Any] | None = None
-    # The result is emitted, interpreted or evaluated: every reachable
-    # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
-    for_execution: bool = False
-
-
 @dataclass
 class Compiled:
     module: Module
-    decisions: list[Any]
+    decisions: list[Decision]
     warnings: list[Diagnostic]
     files_read: list[str]
     profile: Profile | None = None
@@ -183,40 +165,13 @@ class FrontEnd:
 
     module: Module
     bindings: ConfigBindings
-    pipeline: Any
+    pipeline: Pipeline
     warnings: list[Diagnostic]
     files_read: list[str]
+    origins: Mapping[str, str] = field(default_factory=dict)  # symbol -> the input it was linked from
 
 
 COMPILED_FOR = "loom.compiled_for"  # the target record a compiled module carries
-
-
-def compile_module(options: CompileOptions) -> Compiled:
-    """Link the input's roots against the libraries, bind config, select
-    templates for the profile and run the pass pipeline.
-
-    The cyclic collector pauses meanwhile: a compile builds mostly
-    long-lived IR, and with a large index alive every collection would
-    rescan it (measured: link time per kernel doubled from 200 to 800
-    kernels). The garbage of one compile is collected after it.
-    """
-    with gc_paused():
-        return specialize(front_end(options), options.profile, options.for_execution)
-
-
-def front_end(options: CompileOptions) -> FrontEnd:
-    from loomcli.passes.pipeline import parse_pipeline
-
-    with gc_paused():
-        pipeline = parse_pipeline(options.pipeline)  # a bad pipeline fails before any work
-        index = LinkIndex.build([options.input], options.libraries)
-        roots = list(options.roots) or default_roots(index)
-        link_options = LinkOptions(inputs=[options.input], libraries=options.libraries, roots=roots,
-                                   mode="link" if roots else "merge", config=options.config,
-                                   config_files=options.config_files, project_config=options.project_config,
-                                   require_resolved_config=options.require_resolved_config)
-        linked = _link_bind(link_options, index, _compiled_path(options.input))
-        return FrontEnd(linked.module, linked.bindings, pipeline, linked.warnings, linked.files_read)
 
 
 # Target specialization: registered passes that run before the pass pipeline.
@@ -254,8 +209,7 @@ def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = F
         return Compiled(module, decisions, front.warnings + diags, front.files_read, profile)
 
 
-def _target_record(profile: Profile) -> Any:
-    from loomcli.ir.core import Operation
+def _target_record(profile: Profile) -> Operation:
     from loomcli.ir.ops import OPS
 
     assert profile.record_op is not None
@@ -270,9 +224,3 @@ def compiled_target(module: Module) -> str | None:
         if op.attrs.get("sym") == COMPILED_FOR and is_record(op):
             return record_target(op)
     return None
-
-
-def _compiled_path(input_path: str) -> str:
-    from loomcli.frontend import display_path
-
-    return display_path(input_path)

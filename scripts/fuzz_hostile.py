@@ -94,7 +94,7 @@ def seeds() -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[tuple[
     from loomcli.bytecode import write_module
     from loomcli.emit.artifacts import launch_config
     from loomcli.frontend import parse_text
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     texts, codes, launches = [], [], []

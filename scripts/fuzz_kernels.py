@@ -471,7 +471,7 @@ def run_on(path: str, device: str, runner: Any) -> tuple[list[bytes], str]:
     """The launch's output tensors on one device, or ([], why) when it fails."""
     from loomcli.check.cases import CaseRunner
     from loomcli.diagnostics import CompileError
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
 
     try:
         if device == "interpreter":
@@ -514,7 +514,7 @@ def compile_for(path: str, target: str) -> str:
     from loomcli.emit import backend_for
     from loomcli.emit.artifacts import emit
     from loomcli.errors import LoomError
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     profile = parse_target(target)

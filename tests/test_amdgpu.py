@@ -34,8 +34,8 @@ from loomcli.emit.amdgpu.msgpack import unpackb
 from loomcli.emit.artifacts import emit as emit_artifact  # legalized, as every compile is
 from loomcli.emit.artifacts import legalize
 from loomcli.errors import LoomError
-from loomcli.pipeline import CompileOptions, compile_module
 from loomcli.runtime.isolated import RemoteError, Worker, WorkerCrash
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets import abi
 from loomcli.targets.profiles import AMDGPU_CHIPS, parse_target
 
@@ -308,7 +308,7 @@ def test_emission_is_deterministic_across_workers() -> None:
 
 def test_llvmlite_stays_out_of_the_coordinator() -> None:
     code = ("import sys\n"
-            "from loomcli.pipeline import CompileOptions, compile_module\n"
+            "from loomcli.service.front import CompileOptions, compile_module\n"
             "from loomcli.targets.profiles import parse_target\n"
             "from loomcli.emit.amdgpu import emit_amdgpu\n"
             "p = parse_target('amdgpu:gfx1100')\n"

@@ -26,7 +26,7 @@ from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.verifier import verify
 from loomcli.passes import PassContext, parse_pipeline
-from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import REFERENCE, Profile
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from loomcli.frontier.compiling import RequestCompiler
 from loomcli.frontier.loomcmd import read_command
 from loomcli.launch.program import evaluate
 from loomcli.runtime.tasks import InlineExecutor, Task, TaskResult
-from loomcli.service.compile import CompileService
+from loomcli.service.dispatch import CompileService
 from loomcli.targets.profiles import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import pytest
 from loomcli.check.cases import CaseRunner
 from loomcli.check.interpreter import InterpreterLauncher
 from loomcli.frontend import load_module
-from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import REFERENCE
 
 ROOT = Path(__file__).resolve().parent.parent

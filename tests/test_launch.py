@@ -23,7 +23,7 @@ from loomcli.emit.launch_config import build_launch_config, launch_module
 from loomcli.frontend import parse_text
 from loomcli.ir.verifier import verify
 from loomcli.launch import LaunchProgram, evaluate
-from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import parse_target
 from loomcli.text.printer import print_module
 

@@ -39,8 +39,8 @@ LAYERS = (
     "link",         # link index, linker, gathering config bindings
     "pipeline",     # link + bind + specialize + passes as plain calls
     "emit",         # instruction selection per family, artifacts, launch-config building
-    "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
     "service",      # the compile service: request, outcome, cache key, the front end, the session
+    "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
     "frontier",     # command programs -> command bytes and kernel requests (compiled through the service)
     "build",        # loom build: projects, the build engine, packages, the progress display
     "driver",       # click glue: options, diagnostics printing, exit codes
@@ -142,6 +142,14 @@ def test_module_layers() -> None:
 def test_the_tree_is_the_layer_diagram() -> None:
     """A layer is a top-level package or module, never part of one."""
     assert all("." not in name for name in LAYERS)
+
+
+def test_a_worker_warms_every_stage() -> None:
+    """`warm()` imports the stages a compile runs, derived from the tree: the
+    layers from the IR up to emission, in this order."""
+    from loomcli.service.compile import STAGES
+
+    assert LAYERS[RANK["ir"]:RANK["emit"] + 1] == STAGES
 
 
 def test_every_package_has_a_layer() -> None:

@@ -29,7 +29,7 @@ from loomcli.emit.artifacts import emit
 from loomcli.emit.nvptx import ptxas
 from loomcli.errors import LoomError
 from loomcli.frontend import load_module
-from loomcli.pipeline import CompileOptions, compile_module
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import NVPTX_CHIPS, parse_target
 
 ROOT = Path(__file__).resolve().parent.parent

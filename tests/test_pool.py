@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 
 from loomcli.cache import Cache
-from loomcli.pipeline import CompileOptions, front_end
 from loomcli.runtime import forkserver, spawn
 from loomcli.runtime.jobserver import TokenGate
 from loomcli.runtime.pool import WorkerPool, resolve_jobs
 from loomcli.runtime.tasks import InlineExecutor, Task
-from loomcli.service.compile import CompileOutcome, CompileRequest, CompileService, cache_key, compile_request
+from loomcli.service.compile import compile_request
+from loomcli.service.dispatch import CompileService
+from loomcli.service.front import CompileOptions, front_end
+from loomcli.service.key import cache_key
+from loomcli.service.request import CompileOutcome, CompileRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = str(Path(__file__).resolve().parent / "data" / "pool")
@@ -48,7 +51,7 @@ def alive(pid: int) -> bool:
 def saxpy_request(target: str, fmt: str) -> CompileRequest:
     from loomcli.bytecode import write_module
 
-    front = front_end(CompileOptions(input=str(ROOT / "samples" / "saxpy.loom")))
+    front = front_end(*CompileOptions(input=str(ROOT / "samples" / "saxpy.loom")).front_end_inputs())
     return CompileRequest(module=write_module(front.module), target=target, format=fmt, launch_config=True,
                           manifest=True, artifact_name="saxpy" + (".spv" if fmt == "spirv-binary" else ".hsaco"),
                           launch_config_name="saxpy.launch.loombc")

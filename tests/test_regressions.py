@@ -135,7 +135,7 @@ def test_spirv_requests_ieee_float_controls(env: str, widths: list[int]) -> None
     width used (issue 12, bug 7); the profile records it and what stays
     driver-dependent."""
     from loomcli.emit.spirv.disasm import disassemble
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     profile = parse_target(f"spirv:{env}")

@@ -24,8 +24,8 @@ from loomcli.diagnostics import CompileError
 from loomcli.emit import Artifact
 from loomcli.emit.artifacts import emit as emit_artifact
 from loomcli.emit.spirv import disassemble
-from loomcli.pipeline import CompileOptions, compile_module
 from loomcli.semantics import fold
+from loomcli.service.front import CompileOptions, compile_module
 from loomcli.targets.profiles import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -577,7 +577,7 @@ def test_deterministic_bytes() -> None:
 
 
 def test_deterministic_across_processes() -> None:
-    code = ("import sys, hashlib; from loomcli.pipeline import CompileOptions, compile_module;"
+    code = ("import sys, hashlib; from loomcli.service.front import CompileOptions, compile_module;"
             "from loomcli.targets.profiles import parse_target; from loomcli.emit.artifacts import emit;"
             "p = parse_target('spirv:vulkan1.3');"
             "m = compile_module(CompileOptions(input=sys.argv[1], profile=p)).module;"

@@ -231,7 +231,7 @@ def test_cases_run_through_the_abi_on_a_handwritten_saxpy(runner: VulkanRunner, 
     from loomcli.check.cases import CaseRunner
     from loomcli.check.launch import Program, VulkanLauncher
     from loomcli.frontend import load_module
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     source = ROOT / "samples" / "saxpy.loom"

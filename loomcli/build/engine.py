@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
     from loomcli.diagnostics import Diagnostic
     from loomcli.runtime.pool import TaskEvent
     from loomcli.runtime.tasks import TaskResult
-    from loomcli.service.compile import CompileOutcome
+    from loomcli.service.request import CompileOutcome
 
 _Entry = TypeVar("_Entry", "Item", "CommandItem")  # what the build state tracks
 
@@ -417,7 +417,7 @@ def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport,
     from concurrent.futures import FIRST_COMPLETED, wait
 
     from loomcli.build.tasks import decode_reply
-    from loomcli.service.compile import CompileOutcome
+    from loomcli.service.request import CompileOutcome
 
     if not pending:
         return False
@@ -483,7 +483,7 @@ def _failed(report: BuildReport, progress: Progress, item: Item | CommandItem, c
 
 
 def _decode(data: bytes) -> CompileOutcome | None:
-    from loomcli.service.compile import CompileOutcome
+    from loomcli.service.request import CompileOutcome
 
     try:
         return CompileOutcome.decode(data)
@@ -620,10 +620,11 @@ class _Libraries:
 
     def get(self, name: str) -> Any:
         if name not in self.inputs:
-            from loomcli.build.tasks import check_unique_keys, source_key
+            from loomcli.build.tasks import source_key
             from loomcli.frontend import load_bytes
             from loomcli.link.index import LinkIndex, input_from_module
             from loomcli.link.linker import link
+            from loomcli.service.front import check_unique_keys
 
             lib = self.project.library(name)
             items = [input_from_module(load_bytes(self.sources.read(rel), self.sources.shown(rel)),
@@ -643,7 +644,7 @@ class _Libraries:
             raise _LibraryFailed(name, self.failed[name], first=False)
         if name not in self.encoded:
             from loomcli.bytecode import write_module
-            from loomcli.service.compile import CompileOutcome, outcome_or_failure
+            from loomcli.service.request import CompileOutcome, outcome_or_failure
 
             def merged() -> CompileOutcome:
                 data = write_module(self.get(name).module(), keep_debug=True)

@@ -1,8 +1,9 @@
 """The task `loom build` schedules: one kernel set, every target it misses.
 
 The front end (parse, verify, link against the libraries, bind the project
-config) runs once per set, in the worker, and each target is then the same
-back half as every compile request (`loomcli.service.compile.outcome_for`).
+config) runs once per set, in the worker, through the one front end
+(`loomcli.service.front`, sources in memory), and each target is then the
+same back half as every compile request (`loomcli.service.compile.outcome_for`).
 Libraries are the worker's prepared state: the coordinator merges each
 [[library]] into one bytecode module once per build; a worker decodes each
 distinct library once (by content digest) and reuses it for every set.
@@ -14,6 +15,9 @@ library, in order), `targets` ([target, format, artifact name, launch-config
 name]). Payload: the sources' bytes, then the libraries' bytecode.
 Reply: `u32 n | JSON {"front": ok?, "lengths": [...]} | encoded
 CompileOutcomes` (one per target, or the front end's failure). No pickle.
+
+The coordinator imports this module for the layout alone; the compiler is
+imported by the task function, in the worker (prepared by `warm`).
 """
 
 from __future__ import annotations
@@ -21,17 +25,20 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any
+from typing import TYPE_CHECKING
 
-from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.runtime.tasks import WorkerContext
-from loomcli.service.compile import CompileOutcome, outcome_for, outcome_or_failure
+from loomcli.runtime.tasks import Header, WorkerContext
+from loomcli.service.request import CompileOutcome, Outputs, outcome_or_failure
+
+if TYPE_CHECKING:
+    from loomcli.link.index import LinkInput
+    from loomcli.pipeline import FrontEnd
 
 TASK_FUNCTION = "loomcli.build.tasks:kernel_set_task"
 _U32 = struct.Struct("<I")
 
 # Prepared state of this (worker) process: decoded libraries by content digest.
-_LIBRARIES: dict[str, Any] = {}
+_LIBRARIES: dict[str, LinkInput] = {}
 
 
 def split(payload: bytes, lengths: list[int]) -> list[bytes]:
@@ -49,18 +56,7 @@ def source_key(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def check_unique_keys(items: list[Any]) -> None:
-    """Link inputs of one set (or library) must have distinct keys."""
-    seen: dict[str, str] = {}
-    for item in items:
-        if item.key in seen:
-            from loomcli.errors import LoomError
-
-            raise LoomError(f"{seen[item.key]} and {item.path} share the stem `{item.key}` in one set; rename one", 1)
-        seen[item.key] = item.path
-
-
-def _library(name: str, digest: str, data: bytes) -> Any:
+def _library(name: str, digest: str, data: bytes) -> LinkInput:
     if digest not in _LIBRARIES:
         from loomcli.frontend import load_bytes
         from loomcli.link.index import input_from_module
@@ -69,50 +65,40 @@ def _library(name: str, digest: str, data: bytes) -> Any:
     return _LIBRARIES[digest]
 
 
-def front_end(header: dict[str, Any], sources: list[bytes], libraries: list[bytes]) -> Any:
-    """Parse, verify, link and bind one kernel set: a `FrontEnd`."""
-    from loomcli.frontend import load_bytes
-    from loomcli.ir.gcpause import gc_paused
-    from loomcli.link.index import LinkIndex, input_from_module
-    from loomcli.passes.pipeline import parse_pipeline
-    from loomcli.pipeline import LinkOptions, bound_front_end, collect_bindings, link_roots
+def front_end(header: Header, sources: list[bytes], libraries: list[bytes]) -> FrontEnd:
+    """Parse, verify, link and bind one kernel set."""
+    from loomcli.pipeline import ConfigSources
+    from loomcli.service.front import FrontEndOptions, Memory, Source
+    from loomcli.service.front import front_end as run_front_end
 
-    with gc_paused():
-        pipeline = parse_pipeline(header["pipeline"])
-        inputs = []
-        errors: list[Diagnostic] = []
-        for shown, data in zip(header["srcs"], sources):
-            try:
-                inputs.append(input_from_module(load_bytes(data, shown), source_key(shown)))
-            except CompileError as e:
-                errors += e.diagnostics
-        if errors:
-            raise CompileError(errors)
-        check_unique_keys(inputs)
-        libs = [_library(name, digest, data) for (name, digest), data in zip(header["libraries"], libraries)]
-        index = LinkIndex(tuple(inputs) + tuple(sorted(libs, key=lambda i: i.key)))
-        result = link_roots(index, header["roots"], header["srcs"][0])
-        options = LinkOptions(inputs=[], project_config=header["config"], project_path=header["project_file"])
-        return bound_front_end(result.module, collect_bindings(options, index), pipeline, result.origins)
+    inputs = Memory([Source(data, shown, source_key(shown)) for shown, data in zip(header["srcs"], sources)],
+                    [_library(name, digest, data) for (name, digest), data in zip(header["libraries"], libraries)])
+    config = ConfigSources(project=header["config"], project_path=header["project_file"])
+    return run_front_end(inputs, FrontEndOptions(header["roots"], config, header["pipeline"]))
 
 
-def run_kernel_set(header: dict[str, Any], payload: bytes) -> tuple[bool, list[CompileOutcome]]:
+def run_kernel_set(header: Header, payload: bytes) -> tuple[bool, list[CompileOutcome]]:
     """(whether the front end succeeded, outcomes): one per target, or the
     front end's one failed outcome that stands for every target."""
+    from loomcli.service.compile import outcome_for
     from loomcli.targets.profiles import parse_target
 
     n = len(header["srcs"])
     blobs = split(payload, header["lengths"])
-    fronts: list[Any] = []
+    fronts: list[FrontEnd] = []
     failed = outcome_or_failure(lambda: fronts.append(front_end(header, blobs[:n], blobs[n:])) or CompileOutcome("ok"))
     if not failed.ok:
         return False, [failed]
     front = fronts[0]
-    return True, [outcome_or_failure(lambda t=target, f=fmt, a=artifact, ln=launch: outcome_for(
-        front, parse_target(t), f, True, True, a, ln)) for target, fmt, artifact, launch in header["targets"]]
+
+    def back_half(target: str, outputs: Outputs) -> CompileOutcome:
+        return outcome_or_failure(lambda: outcome_for(front, parse_target(target), outputs))
+
+    return True, [back_half(target, Outputs(fmt, True, True, artifact, launch))
+                  for target, fmt, artifact, launch in header["targets"]]
 
 
-def kernel_set_task(header: dict[str, Any], payload: bytes, context: WorkerContext) -> bytes:
+def kernel_set_task(header: Header, payload: bytes, context: WorkerContext) -> bytes:
     """The task function (see the module docstring for the byte layout)."""
     front_ok, outcomes = run_kernel_set(header, payload)
     encoded = [o.encode() for o in outcomes]

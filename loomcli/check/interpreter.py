@@ -1046,7 +1046,7 @@ def _exec_failure(op: Operation, e: EvaluationError) -> ExecFailure:
 
 def build_launcher(path: str, module_roots: list[str], profile: Profile) -> InterpreterLauncher:
     """Compile `path`'s launched kernels for `profile` and wrap them. Raises CompileError."""
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
 
     compiled = compile_module(CompileOptions(input=path, profile=profile, roots=module_roots,
                                              for_execution=True))

@@ -148,7 +148,7 @@ class Session:
     def _program(self, f: FileCases) -> Program | None:
         """Compile and emit the kernels `f`'s cases launch (None if they launch none)."""
         from loomcli.check.launch import Program
-        from loomcli.pipeline import CompileOptions, compile_module
+        from loomcli.service.front import CompileOptions, compile_module
 
         roots = sorted({"@" + op.attrs["callee"] for case in f.cases for op in case.regions[0].walk_ops()
                         if op.name == "kernel.launch"})

@@ -61,7 +61,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
     from loomcli.emit.artifacts import format_for
-    from loomcli.pipeline import CompileOptions, front_end
+    from loomcli.service.front import CompileOptions, front_end
     from loomcli.targets.profiles import parse_target
 
     profiles = [parse_target(t) for t in targets] + ([parse_target(f"spirv:{target_env}")] if target_env else [])
@@ -87,7 +87,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
     from loomcli.emit import backend_for
-    from loomcli.service.compile import CompileRequest
+    from loomcli.service.request import CompileRequest
     from loomcli.service.session import compile_session
 
     if (no_cache or not enabled()) and len(profiles) == 1:
@@ -98,7 +98,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
     options = CompileOptions(input=input_path, libraries=libraries, roots=roots, config=config_pairs,
                              config_files=config_files, pipeline=pipeline,
                              require_resolved_config=require_resolved_config)
-    front = front_end(options)
+    front = front_end(*options.front_end_inputs())
     printer = DiagnosticPrinter(diagnostics_format)
     printer.emit(front.warnings)
     # The front end ran once; each target is one request to the compile entry point.
@@ -165,7 +165,7 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
         if out_dir is not None or folder in (launch_path, manifest_path):
             os.makedirs(folder, exist_ok=True)  # --out-dir (and side folders) are created as needed
     from loomcli.files import write_outputs
-    from loomcli.pipeline import depfile
+    from loomcli.service.outputs import depfile
 
     writes += [(dep, depfile(target, front.files_read)) for dep, target in depfiles]
     write_outputs(writes, inputs=front.files_read)  # all or nothing

@@ -96,7 +96,7 @@ def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: 
     from loomcli.emit.launch_config import launch_module
     from loomcli.frontend import is_bytecode, load_bytes
     from loomcli.launch.program import COMMAND_LINE, LaunchProgram, entry_name
-    from loomcli.pipeline import CompileOptions, compile_module
+    from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
 
     profile = parse_target(target)

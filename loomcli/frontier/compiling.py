@@ -28,7 +28,8 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import BACKENDS
 from loomcli.errors import EXIT_ENV, LoomError
 from loomcli.frontier.product import COMPILED_MODULE_ROUTE, CommandProduct, Request
-from loomcli.service.compile import CompileOutcome, CompileRequest, CompileService
+from loomcli.service.dispatch import CompileService
+from loomcli.service.request import CompileOutcome, CompileRequest
 from loomcli.targets.profiles import Profile
 
 UNNUMBERED = "kernel"

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from loomcli.diagnostics import CompileError, Diagnostic, has_errors
+from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.errors import UsageError
 from loomcli.frontier.loomcmd import CommandFile, SpecArgument, write_command
 from loomcli.frontier.prepare import Argument, BufferRef, Group, LaunchSite, dispatches
@@ -157,23 +157,17 @@ def build_command_product(options: FrontierOptions, sink: RequestSink | None = N
 
 
 def _build(options: FrontierOptions, sink: RequestSink | None) -> CommandProduct:
-    from loomcli.frontend import display_path
     from loomcli.frontier.prepare import Preparer
-    from loomcli.link.index import LinkIndex
-    from loomcli.link.linker import link
-    from loomcli.passes.bind import bind_module
-    from loomcli.pipeline import LinkOptions, collect_bindings
+    from loomcli.passes.pipeline import Pipeline
+    from loomcli.pipeline import ConfigSources
+    from loomcli.service.front import Files, FrontEndOptions, link_and_bind
 
-    index = LinkIndex.build([options.input], options.libraries)
+    inputs = Files((options.input,), options.libraries)
+    index = inputs.read()
     roots = _roots(index, options.roots)
-    result = link(index, roots, "link", path=display_path(options.input))
-    link_options = LinkOptions(inputs=[options.input], libraries=options.libraries, config=options.config,
-                               config_files=options.config_files, project_config=options.project_config)
-    bindings = collect_bindings(link_options, index)
-    module = result.module
-    warnings = bind_module(module, bindings, False, origins=result.origins)
-    if has_errors(warnings):
-        raise CompileError(warnings)
+    config = ConfigSources(options.config, options.config_files, options.project_config)
+    front = link_and_bind(inputs, index, FrontEndOptions(roots, config), Pipeline(()))
+    module, warnings = front.module, front.warnings
     symbols = module.symbols()
     programs = [symbols[r.lstrip("@")] for r in roots]
     for r, op in zip(roots, programs):
@@ -181,13 +175,13 @@ def _build(options: FrontierOptions, sink: RequestSink | None) -> CommandProduct
             raise UsageError(f"root {r} is a {op.name}, not a command.program.def")
     specs = _bind_specs(options.spec, programs)
     builder = _Builder(module, options.profile, sink)
-    preparer = Preparer(module, options.profile, builder, result.origins)
+    preparer = Preparer(module, options.profile, builder, front.origins)
     products = []
     for op, spec in zip(programs, specs):
         tree = preparer.prepare(op, spec)
         products.append(_program(op, spec, tree, options.profile))
     name = options.name or os.path.splitext(os.path.basename(options.input))[0]
-    files = tuple(item.path for item in index.inputs) + tuple(options.config_files)
+    files = tuple(front.files_read)
     return CommandProduct(name, options.profile.name if options.profile else None, tuple(products),
                           tuple(builder.requirements), tuple(builder.requests),
                           tuple(warnings) + tuple(builder.warnings.values()), files)

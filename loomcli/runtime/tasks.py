@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 TaskStatus = Literal["ok", "crashed", "raised", "cancelled"]
+Header = Mapping[str, Any]  # a task's JSON-able options
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Task:
     """One queueable unit of work: a named function, small JSON options and a byte payload."""
 
     function: str
-    header: Mapping[str, Any] = field(default_factory=dict)
+    header: Header = field(default_factory=dict)
     payload: bytes = b""
     label: str = ""  # what progress displays and traces call it (e.g. "kernel-3 amdgpu:gfx1100")
 
@@ -80,7 +81,7 @@ class TaskSink(Protocol):
     def submit(self, task: Task) -> Future[TaskResult]: ...
 
 
-def resolve(function: str) -> Callable[[Mapping[str, Any], bytes, WorkerContext], bytes]:
+def resolve(function: str) -> Callable[[Header, bytes, WorkerContext], bytes]:
     """`"package.module:function"` -> the callable (imported on first use)."""
     module_name, _, attr = function.partition(":")
     if not module_name.startswith("loomcli.") or not attr:

@@ -25,7 +25,7 @@ from loomcli.runtime.interrupts import sigterm_as_interrupt
 from loomcli.runtime.jobserver import Jobserver, JobserverServer, TokenGate, connect
 from loomcli.runtime.pool import TaskEvent, WorkerPool, resolve_jobs
 from loomcli.runtime.tasks import InlineExecutor, Task, TaskResult
-from loomcli.service.compile import CompileService
+from loomcli.service.dispatch import CompileService
 
 # A folder where every compile session without --trace writes its trace to a new file: the way to
 # see what each loom did when a build system (CMake, make, Bazel) runs it with its own arguments.

@@ -1,0 +1,60 @@
+"""The cache key of a compile request: its content address (TOOLCHAIN.md section 10).
+
+It names everything that decides the outcome's bytes and nothing else (no
+paths, no `-j`, no verbosity): loom's version and code, LLVM's version
+where the target emits through it, ptxas's for a cubin, the profile, the
+request's header and its module bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+
+from loomcli import __version__
+from loomcli.emit import backend_for
+from loomcli.service.fingerprint import compiler_fingerprint, llvm_version
+from loomcli.service.request import CompileRequest
+from loomcli.targets.profiles import parse_target
+
+KEY_SCHEMA = "loom-compile-key-1"
+
+
+def ptxas_version() -> str:
+    """The version of the ptxas a cubin would be built with ("none" without one)."""
+    from loomcli.emit.nvptx.ptxas import find_ptxas
+
+    path = find_ptxas()
+    return _ptxas_version(path) if path is not None else "none"
+
+
+@cache
+def _ptxas_version(path: str) -> str:
+    from loomcli.emit.nvptx.ptxas import version
+
+    try:
+        return version(path)
+    except OSError:
+        return "unusable"
+
+
+def cache_key(request: CompileRequest) -> str:
+    """The content address of a request's outcome (TOOLCHAIN.md section 10)."""
+    header = request.header()
+    del header["path"], header["files"]
+    if not request.manifest:  # the names only appear in the manifest
+        del header["artifact_name"], header["launch_config_name"]
+    profile = parse_target(request.target) if request.target else None
+    facts = {
+        "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
+        "llvm": llvm_version() if profile is not None and backend_for(profile).llvm else "",
+        # NVIDIA's assembler writes the cubin: its version decides the bytes.
+        "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
+        "profile": repr(profile) if profile is not None else "",
+        "request": header,
+    }
+    h = hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode())
+    h.update(b"\0module\0")
+    h.update(request.module)
+    return h.hexdigest()
