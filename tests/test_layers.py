@@ -3,9 +3,8 @@
 Each module's imports are read with `ast`, at any depth (function-level
 imports included), and every `loomcli` import must point down the stack:
 to the module's own package or to a package listed before it in `LAYERS`.
-Imports under `if TYPE_CHECKING:` never run; they are held to the same rule
-except for the few in `TYPE_ONLY`, where a lower layer names the upper one
-that implements an interface it drives.
+Imports under `if TYPE_CHECKING:` never run; they are held to the same rule,
+without exception.
 """
 
 from __future__ import annotations
@@ -50,14 +49,6 @@ LAYERS = (
     "__main__",
 )
 RANK = {name: i for i, name in enumerate(LAYERS)}
-
-# (importing module, imported module): type-only imports allowed upward.
-TYPE_ONLY = {
-    # Format directives parse and print themselves through the parser's and
-    # printer's interface; the text layer implements it.
-    ("loomcli.ir.format", "loomcli.text.parser"),
-    ("loomcli.ir.format", "loomcli.text.printer"),
-}
 
 # Only the command line may reach click, rich and the driver (and the build
 # progress display rich, lazily).
@@ -127,7 +118,7 @@ def wrong_way(imports: list[Import]) -> list[Import]:
         if not i.target.startswith("loomcli."):
             continue
         src, dst = layer(i.module), layer(i.target)
-        if src == dst or (i.type_only and (i.module, i.target) in TYPE_ONLY):
+        if src == dst:
             continue
         if RANK.get(dst, len(LAYERS)) > RANK[src]:
             bad.append(i)

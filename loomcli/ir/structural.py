@@ -355,7 +355,7 @@ def _kw_paren(c: _OpCheck, d: F.KwParen) -> None:
     else:  # operands
         ok = _is_int(value) and value >= 1
         if ok:
-            if F._segment_start(op, attr) != c.pos:
+            if F.segment_start(op, attr) != c.pos:
                 c.fail("malformed operand groups")
             c.take(value)
     if not ok:
@@ -430,7 +430,7 @@ def _results_typed(c: _OpCheck, types: list[Type]) -> None:
 
 def _type_same(c: _OpCheck, d: F.TypeSame) -> None:
     op = c.op
-    which = F._which(op, d.operands)
+    which = F.listed_operands(op, d.operands)
     if d.result is True or d.result == "pack":
         c.results = 1 if d.result is True else len(op.operands) + 1
         if len(op.results) != c.results:
@@ -449,7 +449,7 @@ def _type_same(c: _OpCheck, d: F.TypeSame) -> None:
 
 
 def _type_each(c: _OpCheck, d: F.TypeEach) -> None:
-    which = F._which(c.op, d.operands)
+    which = F.listed_operands(c.op, d.operands)
     if d.mirror is True:
         c.results = len(which)
         _results_typed(c, [c.op.operands[i].type for i in which])

@@ -4,7 +4,8 @@ Phases (LANGUAGE.md section 17 item 9): the first syntax error stops
 (`_SyntaxStop`); names are resolved per isolated scope while parsing, and the
 first PARSE/001/002 stops once the whole file is read; everything else
 (DOMINANCE/*, counts, terminators) is collected for the verifier's sorted
-report. Each op's syntax comes from its `OpDef.format` directives.
+report. Each op's syntax comes from its `OpDef.format` directives, compiled
+by `loomcli.text.directives`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from loomcli.ir.core import DETACHED, MAX_DEPTH, BlockArgument, LocalName, Modul
 from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
+from loomcli.text.directives import FORMATS
 from loomcli.text.lexer import (
     EOF,
     FLOAT,
@@ -704,7 +706,7 @@ class Parser:
             self._reject_legacy_dict(opdef, name_off)
         saved_results, saved_args = self.result_types, self.pending_args
         self.result_types, self.pending_args, self.current = [], [], op
-        for directive in opdef.format:
+        for directive in FORMATS[opdef]:
             directive.parse(self, op)
         if self.pending_scope is not None and self.pending_scope[0] is op:
             self.close_pending_scope()

@@ -1,6 +1,7 @@
 """The canonical printer (LANGUAGE.md section 4 and section 17 items 3-7).
 
-Op text comes from each op's format directives; this module owns layout:
+Op text comes from each op's format directives (compiled by
+`loomcli.text.directives`); this module owns layout:
 indentation, blank lines, comments, elided terminators and the spelling of
 literals.
 """
@@ -12,6 +13,7 @@ from typing import Any
 from loomcli.ir.attrs import Pred, attribute_text, dictionary_text, literal_text
 from loomcli.ir.core import DETACHED, Module, Operation, Region, Value
 from loomcli.ir.types import ShapedType, Type
+from loomcli.text.directives import FORMATS
 
 
 def is_elided(op: Operation) -> bool:
@@ -93,7 +95,7 @@ class Printer:
             self.cur = self.indent + ", ".join("%" + r.name for r in op.results) + " = " + op.opdef.name
         else:
             self.cur = self.indent + op.opdef.name
-        for directive in op.opdef.format:
+        for directive in FORMATS[op.opdef]:
             directive.print(self, op)
         self.lines.append(self.cur)
         self.cur = ""
