@@ -221,6 +221,6 @@ def compiled_target(module: Module) -> str | None:
     from loomcli.targets.records import is_record, record_target
 
     for op in module.ops:
-        if op.attrs.get("sym") == COMPILED_FOR and is_record(op):
+        if op.symbol == COMPILED_FOR and is_record(op):
             return record_target(op)
     return None

@@ -544,7 +544,7 @@ def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str,
     lowering = ModuleLowering(module, target)
     fn = lowering.device_function(callee, ())
     args = callee.regions[0].args
-    result = callee.attrs["sig"].results[0]
+    result = callee.attr("sig").results[0]
     lines = []
     for k, (a, llty) in enumerate(zip(args, fn.params)):
         lines += _from_bits(a.type.name, llty, f"%p{k}", k)

@@ -50,7 +50,7 @@ class Recorder:
         self.calls: list[tuple[str, list[Any], list[Any]]] = []
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
-        self.calls.append((op.attrs["callee"], workload, args))
+        self.calls.append((op.attr("callee"), workload, args))
         seen: set[int] = set()
         for a in args:
             if isinstance(a, Tensor) and id(a) not in seen:

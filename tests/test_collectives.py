@@ -146,7 +146,7 @@ class PairedLauncher:
             t.data[:] = data
         self.after.launch(op, workload, args)
         got = [bytes(t.data) for t in tensors]
-        self.launches.append((op.attrs["callee"], want, got))
+        self.launches.append((op.attr("callee"), want, got))
 
 
 def expanded(module: Module, profile: Profile) -> Module:
@@ -161,7 +161,7 @@ def run_paired(path: str, profile: Profile) -> PairedLauncher:
     from loomcli.frontend import load_module
 
     source = load_module(path)
-    roots = sorted({"@" + op.attrs["callee"] for op in source.walk() if op.name == "kernel.launch"})
+    roots = sorted({"@" + op.attr("callee") for op in source.walk() if op.name == "kernel.launch"})
     compiled = compile_module(CompileOptions(input=path, profile=profile, roots=roots, for_execution=True)).module
     after = expanded(compiled, profile)
     assert not any(op.name == "kernel.workgroup.reduce" for op in after.walk())
@@ -204,12 +204,12 @@ def test_expansion_keeps_workgroup_storage_bytes(path: Path, target: str) -> Non
     compiled = compile_module(CompileOptions(input=str(path), profile=profile, for_execution=True)).module
     legal = legalize(compiled, profile)
     assert "expand-collectives" in profile.legalize
-    kernels = {k.attrs["sym"]: k for k in exported_kernels(legal, {op.attrs["sym"] for op in legal.ops
+    kernels = {k.attr("sym"): k for k in exported_kernels(legal, {op.attr("sym") for op in legal.ops
                                                                    if op.name == "kernel.def"})}
     for kernel in exported_kernels(compiled, set(kernels)):
         size = profile.subgroup_size
         want = workgroup_storage_bytes(kernel, size, profile.max_flat_workgroup_size)
-        assert workgroup_allocas_bytes(kernels[kernel.attrs["sym"]]) == want, kernel.attrs["sym"]
+        assert workgroup_allocas_bytes(kernels[kernel.attr("sym")]) == want, kernel.attr("sym")
 
 
 @pytest.mark.parametrize("profile", PROFILES.values(), ids=PROFILES.keys())

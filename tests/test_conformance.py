@@ -36,8 +36,8 @@ def cases() -> dict[str, Path]:
     for path in FILES:
         for op in load_module(str(path)).ops:
             if op.name == "check.case":
-                assert op.attrs["sym"] not in found, f"case @{op.attrs['sym']} is in two files"
-                found[op.attrs["sym"]] = path
+                assert op.attr("sym") not in found, f"case @{op.attr('sym')} is in two files"
+                found[op.attr("sym")] = path
     return found
 
 

@@ -48,7 +48,7 @@ def run_file(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def case_names(path: Path) -> list[str]:
-    return [op.attrs["sym"] for op in load_module(str(path)).ops if op.name == "check.case"]
+    return [op.attr("sym") for op in load_module(str(path)).ops if op.name == "check.case"]
 
 
 CASES = [pytest.param(path, case, id=f"{path.stem}-{case}",

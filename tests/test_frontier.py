@@ -88,7 +88,7 @@ def test_requests_round_trip_to_canonical_text(tmp_path: Path) -> None:
             assert print_module(again) == text
             assert write_module(again, keep_debug=False) == r.data
             kernel = [op for op in module.ops if op.name == "kernel.def"]
-            assert len(kernel) == 1 and kernel[0].attrs.get("retain") and "@" + kernel[0].attrs["sym"] == r.roots[0]
+            assert len(kernel) == 1 and kernel[0].attr("retain", None) and "@" + kernel[0].attr("sym") == r.roots[0]
             assert r.key == request_key(r.data, r.roots, r.route)
             (tmp_path / "k.loom").write_text(text)
             check = loom("fmt", "--check", str(tmp_path / "k.loom"))

@@ -15,7 +15,7 @@ DECL = "command.program.decl @p(%n: index) launch(%b: buffer) where [range(%n, 1
 def test_decl_where_names_specialization_arguments() -> None:
     module = parse_text(DECL, "decl.loom")
     op = module.ops[0]
-    sig, launch = op.attrs["sig"], op.attrs["launch"]
+    sig, launch = op.attr("sig"), op.attr("launch")
     assert [p.args[0] for p in launch.where] == [sig.args[0], sig.args[0]]
     assert print_module(module) == DECL
     assert print_module(read_module(write_module(module), "decl.loombc")) == DECL

@@ -47,7 +47,7 @@ def run_file(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def case_names(path: Path) -> list[str]:
-    return [op.attrs["sym"] for op in load_module(str(path)).ops if op.name == "check.case"]
+    return [op.attr("sym") for op in load_module(str(path)).ops if op.name == "check.case"]
 
 
 CASES = [pytest.param(path, case, id=f"{path.stem}-{case}",
@@ -76,13 +76,13 @@ def test_samples_are_fast(name: str) -> None:
     """saxpy n=1009, 4 x 256 reduction invocations, 20x36 matmul: a few seconds each."""
     path = str(ROOT / "samples" / f"{name}.loom")
     module = load_module(path)
-    roots = sorted({"@" + op.attrs["callee"] for op in module.walk() if op.name == "kernel.launch"})
+    roots = sorted({"@" + op.attr("callee") for op in module.walk() if op.name == "kernel.launch"})
     compiled = compile_module(CompileOptions(input=path, profile=REFERENCE, roots=roots))
     runner = CaseRunner(compiled.module, InterpreterLauncher(compiled.module, REFERENCE, path), path=path)
     # CPU time of this process, not wall time: other jobs on a shared machine must not fail it.
     start = time.process_time()
     for case in [op for op in module.ops if op.name == "check.case"]:
-        results = runner.run_case(module.symbols()[case.attrs["sym"]])
+        results = runner.run_case(module.symbols()[case.attr("sym")])
         assert all(r.passed for r in results), [d.render() for r in results for d in r.diagnostics]
     assert time.process_time() - start < 5.0
 

@@ -49,7 +49,7 @@ needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not installed (pip
 def launched_kernels(path: str) -> list[str]:
     """The kernels an execution test's check cases launch (what `loom test` compiles)."""
     module = load_module(path)
-    return sorted({"@" + op.attrs["callee"] for case in module.ops if case.name == "check.case"
+    return sorted({"@" + op.attr("callee") for case in module.ops if case.name == "check.case"
                    for op in case.regions[0].walk_ops() if op.name == "kernel.launch"})
 
 

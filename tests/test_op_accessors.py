@@ -35,7 +35,8 @@ def test_names_cover_every_operand_result_and_attribute(path: str) -> None:
             assert covered == list(range(len(values))), (op.name, names)
         if op.operands and not d.operands:
             assert d.segments, f"{op.name} has operands but declares no names"
-        assert set(op.attrs) <= d.attributes, (op.name, set(op.attrs) - d.attributes)
+        names = {name for name, _ in op.attr_items()}
+        assert names <= d.attributes, (op.name, names - d.attributes)
         assert not d.regions or len(d.region_names) == len(d.regions), op.name
 
 
@@ -99,7 +100,7 @@ def test_undeclared_names_are_key_errors(call: Callable[[Operation], object]) ->
 
 def test_attr_default_only_for_declared_attributes() -> None:
     alloca = next(op for op in body(KERNEL) if op.name == "buffer.alloca")
-    del alloca.attrs["align"]
+    alloca.drop_attr("align")
     assert alloca.attr("align", 1) == 1
     with pytest.raises(KeyError):
         alloca.attr("align")
@@ -123,3 +124,17 @@ def test_op_tables_refuse_names_that_are_not_ops_and_second_entries() -> None:
         table["vector.subf"] = 2
     with pytest.raises(KeyError, match="registered twice"):
         table["scalar.addf"] = 2
+
+
+def test_only_the_ir_touches_an_ops_attribute_dictionary() -> None:
+    """Outside `loomcli/ir` an op is read and written through its accessors
+    (`attr`, `attr_or`, `has_attr`, `set_attr`, `drop_attr`, `attr_items`),
+    which hold every name to the op's row; the dictionary itself is private."""
+    import ast
+
+    package = ROOT / "loomcli"
+    touches = [f"{path.relative_to(ROOT)}:{node.lineno}"
+               for path in sorted(package.rglob("*.py")) if not path.is_relative_to(package / "ir")
+               for node in ast.walk(ast.parse(path.read_text(), str(path)))
+               if isinstance(node, ast.Attribute) and node.attr in ("attrs", "_attrs")]
+    assert not touches, touches

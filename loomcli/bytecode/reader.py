@@ -668,7 +668,8 @@ class _Payload:
         if flags & ~_OP_FLAGS:
             raise _Malformed(p, f"unknown op flags {flags:#x}")
         p += 1
-        op = Operation(opdef)
+        attrs: dict[str, Any] = {}
+        op = Operation(opdef, attrs=attrs)  # filled below, in place
         debug = self.debug
         if debug:
             p = self.op_location(op, p, depth, flags)
@@ -726,7 +727,6 @@ class _Payload:
         if n:
             if n > end - p:
                 raise _Malformed(p, f"attribute count {n} exceeds the remaining {end - p} bytes")
-            attrs = op.attrs
             for _ in range(n):
                 k = data[p]
                 if k < 0x80:

@@ -296,7 +296,7 @@ class _PayloadWriter:
                 self.define(a, depth)
             if debug:
                 self.loc(region.end_loc)
-        attrs = [(k, v) for k, v in op.attrs.items() if not k.startswith("$")]
+        attrs = [(k, v) for k, v in op.attr_items() if not k.startswith("$")]  # "$": in-memory only
         _uv(out, len(attrs))
         for k, v in attrs:
             _uv(out, s(k))
@@ -317,10 +317,8 @@ class _PayloadWriter:
 
 def symbol_fields(op: Operation) -> tuple[str | None, bool, bool, str | None]:
     """(symbol, public, retain, export) of a top-level op, as the symbol table records them."""
-    a = op.attrs
-    sym = a.get("sym")
-    export = a.get("export")
-    return (sym if type(sym) is str else None, a.get("public") is True, a.get("retain") is True,
+    sym, export = op.symbol, op.attr_or("export")
+    return (sym if type(sym) is str else None, op.attr_or("public") is True, op.attr_or("retain") is True,
             export if type(export) is str else None)
 
 

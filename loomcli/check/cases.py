@@ -212,9 +212,9 @@ def param_ops(case: Operation) -> list[Operation]:
 def samples(case: Operation) -> list[Sample]:
     """The Cartesian product of the parameters' values, first parameter slowest."""
     params = param_ops(case)
-    names = [op.attrs["name"] for op in params]
+    names = [op.attr("name") for op in params]
     types = tuple(op.results[0].type for op in params)
-    choices = [[canonical(v, op.results[0].type) for v in op.attrs["values"]] for op in params]
+    choices = [[canonical(v, op.results[0].type) for v in op.attr("values")] for op in params]
     return [Sample(i, tuple(zip(names, combo)), types) for i, combo in enumerate(itertools.product(*choices))]
 
 
@@ -262,7 +262,7 @@ class CaseRunner(Evaluator):
     def run_sample(self, case: Operation, sample: Sample) -> SampleResult:
         self.sample = sample
         self.steps = 0
-        self.result = result = SampleResult(case.attrs["sym"], sample)
+        self.result = result = SampleResult(case.attr("sym"), sample)
         try:
             self.run_region(case.regions[0], [])
         except SampleFailure as e:
@@ -292,10 +292,10 @@ class CaseRunner(Evaluator):
 
     def _param(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         assert self.sample is not None
-        return [dict(self.sample.params)[op.attrs["name"]]]
+        return [dict(self.sample.params)[op.attr("name")]]
 
     def _literal(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        return [canonical(op.attrs["value"], op.results[0].type)]
+        return [canonical(op.attr("value"), op.results[0].type)]
 
     def shape_of(self, t: ShapedType, env: dict[Value, Any]) -> tuple[int, ...]:
         dims = []
@@ -319,17 +319,17 @@ class CaseRunner(Evaluator):
 
     def _fill(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         t = op.results[0].type
-        return [fill(t.elem, self._tensor_shape(op, env), op.attrs["value"])]
+        return [fill(t.elem, self._tensor_shape(op, env), op.attr("value"))]
 
     def _iota(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         t = op.results[0].type
-        return [iota(t.elem, self._tensor_shape(op, env), op.attrs["offset"], op.attrs["step"])]
+        return [iota(t.elem, self._tensor_shape(op, env), op.attr("offset"), op.attr("step"))]
 
     def _launch(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         if self.launcher is None:
             raise SampleFailure(self._diag("EXEC/002", op.loc, why="no device to launch kernels on"))
         values = [self._get(env, v) for v in op.operands]
-        n = op.attrs.get("nworkload", 0)
+        n = op.attr("nworkload", 0)
         self.launcher.launch(op, values[:n], values[n:])
         return []
 
@@ -341,8 +341,8 @@ class CaseRunner(Evaluator):
         else:
             a_values, e_values, shape, elem = [actual], [expected], (), t
         if op.name == "check.expect.close":
-            atol, rtol = float(op.attrs["atol"]), float(op.attrs["rtol"])
-            nan_same = str(op.attrs.get("nan", "")) == "same"
+            atol, rtol = float(op.attr("atol")), float(op.attr("rtol"))
+            nan_same = str(op.attr("nan", "")) == "same"
             at = first_mismatch(a_values, e_values, lambda a, e: element_close(a, e, atol, rtol, nan_same))
         else:
             at = first_mismatch(a_values, e_values, element_equal)

@@ -567,7 +567,7 @@ def _approximate(it: Interpreter, op: Operation) -> tuple[Any, bool]:
          "kernel.workitem.dispatch.id", "kernel.subgroup.size", "kernel.subgroup.lane.id")
 def _coord(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     name = op.opdef.name
-    d = AXES.get(op.attrs.get("kind", "x"), 0)
+    d = AXES.get(op.attr_or("kind", "x"), 0)
     if name == "kernel.workitem.id":
         return (lambda inv, env: [inv.local[d]]), False
     if name == "kernel.workgroup.id":
@@ -781,7 +781,7 @@ def _vreduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _lanewise(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     sname = "scalar." + op.opdef.name[len("vector."):]
     elem = op.results[0].type.elem
-    attrs = dict(op.attrs)
+    attrs = dict(op.attr_items())
     if sname in ("scalar.addi", "scalar.muli", "scalar.subi"):
         attrs.setdefault("flags", ())
     synth = _scalar_op(sname, elem, attrs, len(op.operands))

@@ -63,7 +63,7 @@ class Program:
             entry = export_name(op)
             fn = launches.lookup(entry)
             required = by_export.get(entry, {}).get("required_subgroup_size") or fn.subgroup_size or None
-            kernels[op.attrs["sym"]] = KernelEntry(kernel_abi(op, "spirv"), fn, required)
+            kernels[op.attr("sym")] = KernelEntry(kernel_abi(op, "spirv"), fn, required)
         return cls(spirv, launches, kernels)
 
 
@@ -113,7 +113,7 @@ class VulkanLauncher:
         self.timings = timings
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
-        callee = op.attrs["callee"]
+        callee = op.attr("callee")
         entry = self.program.kernels.get(callee)
         if entry is None:
             raise DeviceError(f"@{callee} was not compiled for this run")

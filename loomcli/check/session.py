@@ -100,9 +100,9 @@ class Session:
                 self.errors += 1
                 continue
             cases = [op for op in module.ops if op.name == "check.case"
-                     and (not case_names or op.attrs["sym"] in case_names)]
+                     and (not case_names or op.attr("sym") in case_names)]
             loaded.append(FileCases(display_path(path), module, cases))
-        found = {op.attrs["sym"] for f in loaded for op in f.cases}
+        found = {op.attr("sym") for f in loaded for op in f.cases}
         missing = [c for c in case_names if c not in found]
         if missing and not self.errors:
             raise UsageError(f"no check.case @{missing[0]} in {', '.join(paths)}")
@@ -121,8 +121,8 @@ class Session:
         except CompileError as e:
             self.reporter.diagnostics(e.diagnostics)
             for case in f.cases:
-                self._report(case.attrs["sym"], "", False)
-                f.failed_cases.add(case.attrs["sym"])
+                self._report(case.attr("sym"), "", False)
+                f.failed_cases.add(case.attr("sym"))
             self.failed += len(f.cases)
             return
         runner = CaseRunner(f.module, self._launcher(f), path=f.path)
@@ -135,7 +135,7 @@ class Session:
                 self.passed += 1
             else:
                 self.failed += 1
-                f.failed_cases.add(case.attrs["sym"])
+                f.failed_cases.add(case.attr("sym"))
 
     def _launcher(self, f: FileCases, timings: list[Timing] | None = None
                   ) -> VulkanLauncher | InterpreterLauncher | None:
@@ -150,7 +150,7 @@ class Session:
         from loomcli.check.launch import Program
         from loomcli.service.front import CompileOptions, compile_module
 
-        roots = sorted({"@" + op.attrs["callee"] for case in f.cases for op in case.regions[0].walk_ops()
+        roots = sorted({"@" + op.attr("callee") for case in f.cases for op in case.regions[0].walk_ops()
                         if op.name == "kernel.launch"})
         if not roots:
             return None
@@ -184,10 +184,10 @@ class Session:
             return []
         out = []
         for f in loaded:
-            selected = {op.attrs["sym"] for op in f.cases}
+            selected = {op.attr("sym") for op in f.cases}
             for op in f.module.ops:
-                if op.name == "check.benchmark" and (not bench or op.attrs["sym"] == bench) \
-                        and op.attrs["case"] in selected:
+                if op.name == "check.benchmark" and (not bench or op.attr("sym") == bench) \
+                        and op.attr("case") in selected:
                     out.append((f, op))
         if bench and not out and not self.errors:
             raise UsageError(f"no check.benchmark @{bench} for the cases run")
@@ -196,7 +196,7 @@ class Session:
     def _bench(self, f: FileCases, mark: Operation) -> None:
         from loomcli.check.cases import CaseRunner, samples
 
-        name, case_name = mark.attrs["sym"], mark.attrs["case"]
+        name, case_name = mark.attr("sym"), mark.attr("case")
         if case_name in f.failed_cases:
             self.reporter.line(f"SKIP @{name} (@{case_name} failed)")
             return
@@ -207,7 +207,7 @@ class Session:
             self.reporter.line(f"SKIP @{name} (the interpreter does not time benchmarks)")
             return
         case = f.module.symbols()[case_name]
-        selection = dict(mark.attrs.get("dict") or {})
+        selection = dict(mark.attr("dict", None) or {})
         for sample in [s for s in samples(case) if s.matches(selection)]:
             timings: list[Timing] = []
             CaseRunner(f.module, self._launcher(f, timings), path=f.path).run_sample(case, sample)

@@ -189,13 +189,13 @@ class _Builder:
         for kernel, _, _ in entries:
             for op in reachable_ops(kernel.region("config").ops, self.symbols):
                 for key in ("callee", "ref"):
-                    if key in op.attrs:
-                        needed.add(op.attrs[key])
+                    if op.attr_or(key) is not None:
+                        needed.add(op.attr_or(key))
         for name in list(needed):
             op = self.symbols.get(name)
             if op is not None and op.name == "template.def":
                 needed.add(op.attr("family"))
-        support = [self._support(op) for op in self.module.ops if op.attrs.get("sym") in needed
+        support = [self._support(op) for op in self.module.ops if op.symbol in needed
                    and op.name in ("func.def", "template.def", "template.decl", "config.def")]
         self._avoid_reserved(support, kernels)
         result = Module(self.module.path)
@@ -210,13 +210,13 @@ class _Builder:
         from loomcli.ir.builder import create
         from loomcli.ir.clone import clone_op
 
-        attrs = {k: v for k, v in kernel.attrs.items() if k not in ("launch", "retain")}
+        attrs = {k: v for k, v in kernel.attr_items() if k not in ("launch", "retain")}
         shell = Operation(kernel.opdef, attrs=attrs, loc=kernel.loc)
         shell.attr_locs = kernel.attr_locs
         shell.regions = [kernel.region("config"), Region(shell)]
         copy = clone_op(shell)
-        copy.attrs["target"] = record
-        copy.attrs["launch"] = Signature([])
+        copy.set_attr("target", record)
+        copy.set_attr("launch", Signature([]))
         copy.region("body").append(create("kernel.return"))
         return copy
 
@@ -224,7 +224,7 @@ class _Builder:
         from loomcli.ir.clone import clone_op
 
         copy = clone_op(op)
-        copy.attrs.pop("target", None)  # checked when the module was compiled; the record stays behind
+        copy.drop_attr("target")  # checked when the module was compiled; the record stays behind
         return copy
 
     def _avoid_reserved(self, support: list[Operation], kernels: list[Operation]) -> None:
@@ -248,6 +248,6 @@ class _Builder:
         if not renames:
             return
         for op in support + kernels:
-            if op.attrs.get("sym") in renames:
-                op.attrs["sym"] = renames[op.attr("sym")]
+            if op.symbol in renames:
+                op.set_attr("sym", renames[op.attr("sym")])
             rename_references(op, renames)

@@ -77,10 +77,10 @@ class _ClassSelector(Selector):
             self._order[a] = k
             if k < len(constants) and constants[k] is not None:
                 facts.constants[a] = constants[k]
-        for p in copy.attrs["sig"].where or []:
+        for p in copy.attr("sig").where or []:
             facts.add(p)
-        ctx = function_context(copy.attrs.get("convention"))
-        sym = callee.attrs["sym"]
+        ctx = function_context(copy.attr("convention", None))
+        sym = callee.attr("sym")
         first = len(self.decisions)
         saved, self._prefix = self._prefix, prefix
         self._walk(region, ctx, facts, sym, prefix + (0,), self._profile_of(callee))
@@ -101,8 +101,8 @@ class _ClassSelector(Selector):
                 k += 1
             name = f"{sym}.{k}"
         self.used_names.add(name)
-        copy.attrs["sym"] = name
-        copy.attrs.pop("public", None)
+        copy.set_attr("sym", name)
+        copy.drop_attr("public")
         self.request.body.append(copy)
         self.order[id(copy)] = (self.positions.get(sym, 1 << 30), n)
         self.instances[key] = name
@@ -112,12 +112,12 @@ class _ClassSelector(Selector):
 
     def _learn(self, op: Operation, facts: Any, profile: Profile | None) -> None:
         if op.name in ("func.call", "template.call"):
-            callee = self.symbols.get(op.attrs.get("callee", ""))
+            callee = self.symbols.get(op.attr("callee", ""))
             if callee is not None and callee.name in _BODIES:
                 constants = [facts.constant(v) for v in op.operands]
                 name = self.enter(callee, constants, self._prefix + _path(op))
                 if self.request is not None:
-                    op.attrs["callee"] = name
+                    op.set_attr("callee", name)
         super()._learn(op, facts, profile)
 
     def _select(self, op: Operation, ctx: str, facts: Any, sym: str, path: tuple[int, ...],
@@ -131,7 +131,7 @@ class _ClassSelector(Selector):
             return
         name = self.enter(self.symbols[winner], constants, path)
         if self._last_call is not None:
-            self._last_call.attrs["callee"] = name
+            self._last_call.set_attr("callee", name)
 
     def _rewrite(self, apply: Operation, winner: str) -> None:
         """`template.apply` -> `index.assume` of the winner's `where` + `template.call @winner`."""
@@ -140,7 +140,7 @@ class _ClassSelector(Selector):
         region = apply.parent
         assert region is not None
         provider = self.symbols[winner]
-        sig = provider.attrs["sig"]
+        sig = provider.attr("sig")
         mapping = dict(zip(sig.args, apply.operands))
         preds: list[Pred] = []
         for p in sig.where or []:
@@ -180,7 +180,7 @@ class RequestBuilder:
         self.module = module
         self.profile = profile
         self.symbols = module.symbols()
-        self.positions = {op.attrs["sym"]: i for i, op in enumerate(module.ops) if "sym" in op.attrs}
+        self.positions = {op.attr("sym"): i for i, op in enumerate(module.ops) if op.symbol is not None}
         self._walkers: dict[str | None, _ClassSelector] = {}
 
     def classify(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None
@@ -197,7 +197,7 @@ class RequestBuilder:
         sel.select_symbol(kernel, _constants(kernel, device))
         if has_errors(sel.diags):
             raise CompileError(sel.diags)
-        key: ClassKey = (kernel.attrs["sym"], tuple((d.path, d.winner) for d in sel.decisions))
+        key: ClassKey = (kernel.attr("sym"), tuple((d.path, d.winner) for d in sel.decisions))
         return key, [d for d in sel.diags if d.severity != "error"]
 
     def request(self, kernel: Operation, device: tuple[Any, ...], profile: Profile | None) -> Module:
@@ -207,10 +207,10 @@ class RequestBuilder:
 
         request = Module("<request>")
         copy = clone_op(kernel, comments=False)
-        copy.attrs = {"retain": True, **copy.attrs}  # in parse order, so the bytes are those of its text
+        copy.set_attr("retain", True, first=True)  # in parse order, so the bytes are those of its text
         request.body.append(copy)
         sel = _ClassSelector(self.module, request, profile, self.positions)
-        sel.order[id(copy)] = (self.positions[kernel.attrs["sym"]], 0)
+        sel.order[id(copy)] = (self.positions[kernel.attr("sym")], 0)
         sel.select_symbol(copy, _constants(copy, device))
         if has_errors(sel.diags):  # pragma: no cover - `classify` saw the same decisions first
             raise CompileError(sel.diags)
@@ -223,7 +223,7 @@ class RequestBuilder:
         from loomcli.ir.clone import clone_op
         from loomcli.ir.symbols import references
 
-        present = {op.attrs["sym"] for op in request.ops if "sym" in op.attrs}
+        present = {op.attr("sym") for op in request.ops if op.symbol is not None}
         work = list(request.ops)
         unbound: list[Diagnostic] = []
         while work:
@@ -239,7 +239,7 @@ class RequestBuilder:
                 if source is None:
                     continue
                 copy = clone_op(source, comments=False)
-                copy.attrs.pop("public", None)
+                copy.drop_attr("public")
                 present.add(name)
                 request.body.append(copy)
                 sel.order[id(copy)] = (self.positions.get(name, 1 << 30), 0)

@@ -186,7 +186,7 @@ class Preparer:
         arguments bound to `spec` (checked values, in signature order).
         Raises CompileError."""
         region = program.regions[0]
-        nspec = len(program.attrs["sig"].args)
+        nspec = len(program.attr("sig").args)
         buffers = [BufferRef(k) for k in range(len(region.args) - nspec)]
         self._launches = 0
         self._stack = []
@@ -202,7 +202,7 @@ class Preparer:
         return self.origins.get(symbol, self.module.path)
 
     def _enter(self, program: Operation, args: list[Any], site: tuple[_Frame, Operation] | None) -> Group:
-        symbol = program.attrs["sym"]
+        symbol = program.attr("sym")
         if symbol in self._stack:
             cycle = " -> ".join(f"@{s}" for s in self._stack[self._stack.index(symbol):] + [symbol])
             frame, op = site if site is not None else (None, program)
@@ -222,7 +222,7 @@ class Preparer:
 
         region = program.regions[0]
         env = dict(zip(region.args, args))
-        for p in program.attrs["launch"].where or []:
+        for p in program.attr("launch").where or []:
             values = [env.get(a) if isinstance(a, Value) else a for a in p.args]
             if any(v is None or isinstance(v, BufferRef) for v in values):
                 continue
@@ -290,7 +290,7 @@ class Preparer:
         except UndefinedBehavior as e:
             return [_Unknown(op, None, e.reason)] * len(op.results)
         except EvaluationError as e:
-            key = op.attrs["ref"] if op.name == "config.get" else None  # unbound: bound keys are constants
+            key = op.attr("ref") if op.name == "config.get" else None  # unbound: bound keys are constants
             return [_Unknown(op, key, str(e))] * len(op.results)
 
     # ------------------------------------------------------------ structured ops
@@ -323,14 +323,14 @@ class Preparer:
 
     def _callee(self, frame: _Frame, op: Operation, kind: str) -> Operation:
         """The `kind` op `op` names as its callee (LINK/001 when there is none)."""
-        callee = self.symbols.get(op.attrs["callee"])
+        callee = self.symbols.get(op.attr("callee"))
         if callee is None or callee.name != kind:
-            raise _Stop(Diagnostic.make("LINK/001", frame.file, op.loc_of("callee"), s=op.attrs["callee"]))
+            raise _Stop(Diagnostic.make("LINK/001", frame.file, op.loc_of("callee"), s=op.attr("callee")))
         return callee
 
     def _program_launch(self, op: Operation, frame: _Frame, out: list[Node]) -> list[Any]:
         callee = self._callee(frame, op, "command.program.def")
-        nwork = op.attrs.get("nworkload", 0)
+        nwork = op.attr("nworkload", 0)
         args = [self.need(frame, op, i) for i in range(nwork)]
         args += [self._value(frame, v) for v in op.operands[nwork:]]
         out.append(self._enter(callee, args, (frame, op)))
@@ -347,7 +347,7 @@ class Preparer:
             raise _Stop(Diagnostic.make("STRUCTURE/011", at.file, loop.operand_loc(i), v=loop.operands[i].name))
 
     def _kernel_profile(self, kernel: Operation, frame: _Frame) -> Profile | None:
-        sym = kernel.attrs["sym"]
+        sym = kernel.attr("sym")
         if sym not in self._profiles:
             try:
                 self._profiles[sym] = self.checks.profile_for(kernel, self.profile)
@@ -374,9 +374,9 @@ class Preparer:
 
         self._count(frame, op)
         kernel = self._callee(frame, op, "kernel.def")
-        nwork = op.attrs.get("nworkload", 0)
+        nwork = op.attr("nworkload", 0)
         workload = tuple(self.need(frame, op, i) for i in range(nwork))
-        device = self._device_args(frame, op, nwork, kernel.attrs["launch"].args)
+        device = self._device_args(frame, op, nwork, kernel.attr("launch").args)
         profile = self._kernel_profile(kernel, frame)
         limits = profile or UNTARGETED
         subgroup = limits.subgroup_size or None
@@ -386,7 +386,7 @@ class Preparer:
         except ContractViolation as v:
             raise _Stop(Diagnostic.make(v.code, frame.file, op.loc, **v.fields)) from None
         requirement = self.classifier.launch(LaunchSite(op, kernel, workload, device, profile))
-        out.append(Dispatch(requirement, counts, sizes, _arguments(kernel.attrs["launch"].args, device)))
+        out.append(Dispatch(requirement, counts, sizes, _arguments(kernel.attr("launch").args, device)))
         return []
 
     def _evaluator(self, subgroup: int | None) -> Any:
@@ -400,7 +400,7 @@ class Preparer:
     def _dispatch(self, op: Operation, frame: _Frame, out: list[Node]) -> list[Any]:
         self._count(frame, op)
         entry = self._callee(frame, op, "kernel.entry.decl")
-        nwork = op.attrs.get("nworkload", 0)
+        nwork = op.attr("nworkload", 0)
         counts = [self.need(frame, op, i) for i in range(nwork)] + [1] * (3 - nwork)
         limits = self.profile or UNTARGETED
         for d, c in enumerate(counts):
@@ -409,10 +409,10 @@ class Preparer:
                 raise _Stop(Diagnostic.make("LAUNCH_CONFIG/006", frame.file, op.operand_loc(min(d, nwork - 1)),
                                             field=f"workgroups.{'xyz'[d]}",
                                             v=f"{c} (must be in [0, {limit}])"))
-        device = self._device_args(frame, op, nwork, entry.attrs["sig"].args)
+        device = self._device_args(frame, op, nwork, entry.attr("sig").args)
         requirement = self.classifier.external(entry)
         out.append(Dispatch(requirement, tuple(counts), (0, 0, 0),
-                            _arguments(entry.attrs["sig"].args, device)))
+                            _arguments(entry.attr("sig").args, device)))
         return []
 
 

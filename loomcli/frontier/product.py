@@ -204,12 +204,12 @@ def _roots(index: Any, named: Sequence[str]) -> list[str]:
 
 def _program(op: Operation, spec: list[Any], tree: Group, profile: Profile | None) -> CommandProgram:
     region = op.regions[0]
-    sig = op.attrs["sig"].args
+    sig = op.attr("sig").args
     spec_args = tuple(SpecArgument(a.name, Argument(a.type.name, v)) for a, v in zip(sig, spec))
     buffers = tuple(a.name for a in region.args[len(sig):])
-    file = CommandFile(op.attrs["sym"], profile.name if profile else "", spec_args, buffers, tree)
+    file = CommandFile(op.attr("sym"), profile.name if profile else "", spec_args, buffers, tree)
     used = sorted({d.requirement for d in dispatches(tree)})
-    return CommandProgram(op.attrs["sym"], file, write_command(file), tuple(used))
+    return CommandProgram(op.attr("sym"), file, write_command(file), tuple(used))
 
 
 def _bind_specs(texts: Sequence[str], programs: list[Operation]) -> list[list[Any]]:
@@ -217,7 +217,7 @@ def _bind_specs(texts: Sequence[str], programs: list[Operation]) -> list[list[An
     (their `where` predicates are checked when the program is entered)."""
     from loomcli.launch.program import BadValue, parse_value
 
-    by_symbol = {op.attrs["sym"]: op for op in programs}
+    by_symbol = {op.attr("sym"): op for op in programs}
     given: dict[tuple[str, str], str] = {}
     for text in texts:
         lhs, eq, value = text.partition("=")
@@ -228,7 +228,7 @@ def _bind_specs(texts: Sequence[str], programs: list[Operation]) -> list[list[An
         if op is None:
             raise UsageError(f"--spec {text}: @{program} is not a root command program "
                              f"(roots: {', '.join('@' + s for s in by_symbol)})")
-        names = [a.name for a in op.attrs["sig"].args]
+        names = [a.name for a in op.attr("sig").args]
         if arg not in names:
             listed = ", ".join("%" + n for n in names) or "none"
             raise UsageError(f"--spec {text}: @{program} has no specialization argument %{arg} "
@@ -239,9 +239,9 @@ def _bind_specs(texts: Sequence[str], programs: list[Operation]) -> list[list[An
     out = []
     diags: list[Diagnostic] = []
     for op in programs:
-        sym = op.attrs["sym"]
+        sym = op.attr("sym")
         values = []
-        for i, a in enumerate(op.attrs["sig"].args):
+        for i, a in enumerate(op.attr("sig").args):
             text = given.get((sym, a.name))
             if text is None:
                 diags.append(Diagnostic.make("LAUNCH_CONFIG/004", COMMAND_LINE, (0, 0),
@@ -278,7 +278,7 @@ class _Builder:
         from loomcli.frontier.classify import RequestBuilder
 
         kernel = site.kernel
-        memo = (kernel.attrs["sym"], tuple(None if isinstance(c, BufferRef) else (type(c).__name__, repr(c))
+        memo = (kernel.attr("sym"), tuple(None if isinstance(c, BufferRef) else (type(c).__name__, repr(c))
                                            for c in site.device))
         ordinal = self._sites.get(memo)
         if ordinal is None:
@@ -290,14 +290,14 @@ class _Builder:
             ordinal = self._classes.get(key)
             if ordinal is None:
                 module = self._requests.request(kernel, site.device, site.profile)
-                ordinal = self._new(kernel.attrs["sym"], "source")
+                ordinal = self._new(kernel.attr("sym"), "source")
                 self._classes[key] = ordinal
                 self._publish(ordinal, kernel, module)
             self._sites[memo] = ordinal
         return ordinal
 
     def external(self, entry: Operation) -> int:
-        sym = entry.attrs["sym"]
+        sym = entry.attr("sym")
         ordinal = self._entries.get(sym)
         if ordinal is None:
             ordinal = self._entries[sym] = self._new(sym, "external")
@@ -314,7 +314,7 @@ class _Builder:
         from loomcli.targets.abi import export_name
 
         data = write_module(module, keep_debug=False)
-        roots = ("@" + kernel.attrs["sym"],)
+        roots = ("@" + kernel.attr("sym"),)
         request = Request(data, roots, (RequestBinding(ordinal, 0),), COMPILED_MODULE_ROUTE,
                           request_key(data, roots, COMPILED_MODULE_ROUTE), f"kernel-{ordinal}", export_name(kernel))
         self.requests.append(request)

@@ -92,7 +92,7 @@ def refs_of(op: Operation) -> Iterator[Value]:
         for t in op.written_types:
             if t is not None:
                 yield from type_refs(t)
-    for key, v in op.attrs.items():
+    for key, v in op._attrs.items():
         if key not in ("sig", "launch"):
             yield from _attr_refs(v)
 
@@ -106,9 +106,9 @@ def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
             a.type = remap_type(a.type, mapping)
     if op.written_types:
         op.written_types = [None if t is None else remap_type(t, mapping) for t in op.written_types]
-    for key, v in list(op.attrs.items()):
+    for key, v in list(op._attrs.items()):
         if key not in ("sig", "launch") and isinstance(v, (Pred, list, tuple, dict)):
-            op.attrs[key] = remap_attr(v, mapping)
+            op._attrs[key] = remap_attr(v, mapping)
 
 
 def replace_value(old: Value, new: Value) -> None:
@@ -183,7 +183,7 @@ def context_of(region: Region) -> str | None:
         owner = region.owner
         spec = owner.opdef.regions[owner.regions.index(region)]
         if spec.context == "convention":
-            return function_context(owner.attrs.get("convention"))
+            return function_context(owner._attrs.get("convention"))
         if spec.context is not None:
             return spec.context
         if owner.parent is None:

@@ -81,7 +81,8 @@ def clone_op(op: Operation, mapping: dict[Value, Value] | None = None, namer: Re
         r = new.add_region()
         r.end_loc = region.end_loc
         clone_args(region, r, mapping, namer)
-    new.attrs = {k: remap_attr(v, mapping) for k, v in op.attrs.items()}
+    new._attrs = {k: remap_attr(v, mapping) for k, v in op._attrs.items()}
+    new.invalid = op.invalid
     for region, r in zip(op.regions, new.regions, strict=True):
         for inner in region.ops:
             r.append(clone_op(inner, mapping, namer, comments))

@@ -64,7 +64,7 @@ def stamp_file(op: Operation, file: str) -> None:
             region.end_loc = _stamp(region.end_loc, file)
             for a in region.args:
                 a.loc = _stamp(a.loc, file)
-        for value in inner.attrs.values():
+        for value in inner._attrs.values():
             for pred in _preds(value):
                 pred.loc = _stamp(pred.loc, file)
                 if pred.arg_locs is not None:
@@ -179,9 +179,10 @@ class Operation:
     """One operation. Attributes are keyed by the names its `OpDef` declares."""
 
     __slots__ = (
+        "_attrs",
         "attr_locs",
-        "attrs",
         "comments",
+        "invalid",
         "loc",
         "opdef",
         "operand_locs",
@@ -198,7 +199,10 @@ class Operation:
         self.opdef = opdef
         self.operands: list[Value] = []
         self.results: list[OpResult] = []
-        self.attrs: dict[str, Any] = attrs if attrs is not None else {}
+        # Read and written through `attr`, `attr_or`, `has_attr`, `set_attr`,
+        # `drop_attr` and `attr_items`, which hold every name to the op's row;
+        # `attrs` is taken as given, not copied.
+        self._attrs: dict[str, Any] = attrs if attrs is not None else {}
         self.regions: list[Region] = []
         self.loc = loc
         self.comments: list[str] = []
@@ -210,6 +214,8 @@ class Operation:
         self.written_types: list[Type | None] | None = None
         # Source locations of attribute tokens (by attribute name), for diagnostics.
         self.attr_locs: dict[str, Loc] | None = None
+        # The parser found this op malformed and said so: the verifier skips its rule.
+        self.invalid = False
         for v in operands or ():
             self.add_operand(v)
         for t in result_types or ():
@@ -253,7 +259,8 @@ class Operation:
 
     @property
     def symbol(self) -> str | None:
-        return self.attrs.get("sym")
+        """The symbol this op defines, None for an op that defines none."""
+        return self._attrs.get("sym")
 
     # ------------------------------------------------------------ named accessors
     # Names come from the op's row in the op table (`OpDef.operands`, `.results`,
@@ -265,8 +272,8 @@ class Operation:
         opdef = self.opdef
         if name in opdef.segments:
             before = opdef.segments[:opdef.segments.index(name)]
-            start = sum(self.attrs.get(s, 0) for s in before)
-            return self.operands[start:start + self.attrs.get(name, 0)]
+            start = sum(self._attrs.get(s, 0) for s in before)
+            return self.operands[start:start + self._attrs.get(name, 0)]
         where = opdef.span(opdef.operands, name, len(self.operands))
         if where is None:
             raise KeyError(f"{self.name} declares no operand `{name}`")
@@ -310,11 +317,53 @@ class Operation:
         it is not set (without one, a KeyError)."""
         if name not in self.opdef.attributes:
             raise KeyError(f"{self.name} declares no attribute `{name}`")
-        if name in self.attrs:
-            return self.attrs[name]
+        if name in self._attrs:
+            return self._attrs[name]
         if default is KeyError:
             raise KeyError(f"{self.name} has no attribute `{name}` set")
         return default
+
+    def attr_or(self, name: str, default: Any = None) -> Any:
+        """The attribute `name` where this op declares and sets it, else
+        `default`: for code reading one attribute across kinds of op (flags,
+        a callee). `name` must be one some op declares (a misspelling is a
+        KeyError still)."""
+        if name in self.opdef.attributes:
+            return self._attrs.get(name, default)
+        from loomcli.ir.ops import ATTRIBUTE_NAMES
+
+        if name not in ATTRIBUTE_NAMES:
+            raise KeyError(f"no op declares an attribute `{name}`")
+        return default
+
+    def has_attr(self, name: str) -> bool:
+        """Whether the attribute `name` (one the op's format declares) is set."""
+        if name not in self.opdef.attributes:
+            raise KeyError(f"{self.name} declares no attribute `{name}`")
+        return name in self._attrs
+
+    def set_attr(self, name: str, value: Any, *, first: bool = False) -> None:
+        """Set the attribute `name`, one the op's format declares; with
+        `first`, as the first attribute (where parsing puts a leading
+        modifier: bytecode keeps the order)."""
+        if name not in self.opdef.attributes:
+            raise KeyError(f"{self.name} declares no attribute `{name}`")
+        if first:
+            self._attrs = {name: value, **{k: v for k, v in self._attrs.items() if k != name}}
+        else:
+            self._attrs[name] = value
+
+    def drop_attr(self, name: str) -> None:
+        """Unset the attribute `name` if this op has it set (`name` must be
+        one some op declares)."""
+        if name not in self.opdef.attributes:
+            self.attr_or(name)  # a KeyError for a name no op declares
+        self._attrs.pop(name, None)
+
+    def attr_items(self) -> Iterator[tuple[str, Any]]:
+        """Every attribute set, as (name, value) in the order they were set
+        (which bytecode keeps)."""
+        return iter(self._attrs.items())
 
     def walk(self) -> Iterator[Operation]:
         """Pre-order walk of this op and everything nested in it."""
@@ -352,4 +401,4 @@ class Module:
             yield from op.walk()
 
     def symbols(self) -> dict[str, Operation]:
-        return {op.attrs["sym"]: op for op in self.body.ops if "sym" in op.attrs}
+        return {op._attrs["sym"]: op for op in self.body.ops if "sym" in op._attrs}

@@ -89,6 +89,9 @@ class Operands(Directive):
 
     __slots__ = ("segment",)
 
+    def attributes(self) -> tuple[str, ...]:
+        return (self.segment,) if self.segment else ()
+
     def __init__(self, segment: str | None = None) -> None:
         self.segment = segment
 
@@ -420,7 +423,7 @@ def segment_start(op: Operation, segment: str) -> int:
     for name in op.opdef.segments:
         if name == segment:
             return start
-        start += op.attrs.get(name, 0)
+        start += op._attrs.get(name, 0)
     return start
 
 

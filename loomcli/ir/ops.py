@@ -487,6 +487,10 @@ RENAMED_OPS = {
 }
 
 
+# Every attribute name some op's format declares (what `Operation.attr_or` may ask for).
+ATTRIBUTE_NAMES = frozenset(a for d in OPS.values() for a in d.attributes)
+
+
 def ops_with(trait: str) -> frozenset[str]:
     """The names of the ops that declare `trait`."""
     return frozenset(name for name, d in OPS.items() if d.has(trait))

@@ -206,7 +206,7 @@ class _OpCheck:
         _fail(self.op, why)
 
     def need(self, attr: str) -> Any:
-        value = self.op.attrs.get(attr, _MISSING)
+        value = self.op._attrs.get(attr, _MISSING)
         if value is _MISSING:
             self.fail(f"missing attribute `{attr}`")
         return value
@@ -249,7 +249,7 @@ class _OpCheck:
             self.fail(f"expected {self.pos} operands, found {len(op.operands)}")
         if self.results is not None and self.results != len(op.results):
             self.fail(f"expected {self.results} results, found {len(op.results)}")
-        extra = op.attrs.keys() - _OWNED[op.opdef.name]
+        extra = op._attrs.keys() - _OWNED[op.opdef.name]
         if extra:
             self.fail(f"unexpected attribute `{sorted(extra)[0]}`")
         if op.written_types is not None:
@@ -280,7 +280,7 @@ def check_comment(comment: Any) -> None:
 
 
 def _kind(c: _OpCheck, d: F.Kind) -> None:
-    if d.attr not in c.op.attrs and d.optional:  # flags built in code may be left out
+    if d.attr not in c.op._attrs and d.optional:  # flags built in code may be left out
         return
     value = c.need(d.attr)
     if d.flags:
@@ -338,7 +338,7 @@ def _kw_paren(c: _OpCheck, d: F.KwParen) -> None:
             c.fail("malformed keyword operands")
         c.take(1)
         return
-    if d.optional and attr not in op.attrs:
+    if d.optional and attr not in op._attrs:
         return
     value = c.need(attr)
     if inner == "int":
@@ -391,7 +391,7 @@ def _callee(c: _OpCheck, d: F.Callee) -> None:
         c.fail("a call has no workload operands")
     c.take(n)
     c.take(len(c.op.operands) - c.pos)
-    if "written_nworkload" in c.op.attrs and not _is_int(c.op.attrs["written_nworkload"]):
+    if "written_nworkload" in c.op._attrs and not _is_int(c.op._attrs["written_nworkload"]):
         c.fail("malformed `written_nworkload`")
 
 
@@ -491,7 +491,7 @@ def _region(c: _OpCheck, d: F.Region) -> None:
 
 
 def _else(c: _OpCheck, d: F.Else) -> None:
-    if type(c.op.attrs.get("else", False)) is not bool:
+    if type(c.op._attrs.get("else", False)) is not bool:
         c.fail("malformed `else`")
     _region(c, F.Region(1))
 
@@ -538,7 +538,7 @@ _MODIFIER_ATTRS = {
 
 
 def _modifiers(c: _OpCheck, d: F.Modifiers) -> None:
-    op, a = c.op, c.op.attrs
+    op, a = c.op, c.op._attrs
     owned = {_MODIFIER_ATTRS[w] for w in d.allowed}
     for word in ("public", "retain", "pure"):
         if word in a and (word not in owned or a[word] is not True):
@@ -578,7 +578,7 @@ def _sig_args(c: _OpCheck, d: F.SigArgs) -> None:
             declared: list[Value] = []
             for x in op.opdef.format:
                 if isinstance(x, F.SigArgs) and x.region == d.region:
-                    other = op.attrs.get(x.attr)
+                    other = op._attrs.get(x.attr)
                     if type(other) is not Signature or type(other.args) is not list:
                         c.fail(f"`{x.attr}` is not a signature")
                     declared.extend(other.args)
@@ -596,12 +596,12 @@ def _sig_args(c: _OpCheck, d: F.SigArgs) -> None:
 
 
 def _sig_results(c: _OpCheck, d: F.SigResults) -> None:
-    for t in c.op.attrs["sig"].results:
+    for t in c.op._attrs["sig"].results:
         check_type(c.op, t, c.sig_scopes["sig"])
 
 
 def _where(c: _OpCheck, d: F.Where) -> None:
-    where = c.op.attrs[d.attr].where
+    where = c.op._attrs[d.attr].where
     if where is not None:
         _preds(c.op, where, c.sig_scopes[d.attr])
 
@@ -609,7 +609,7 @@ def _where(c: _OpCheck, d: F.Where) -> None:
 def _config_decl_type(c: _OpCheck, d: F.ConfigDeclType) -> None:
     op = c.op
     t = c.need("type")
-    sig = op.attrs.get("sig")
+    sig = op._attrs.get("sig")
     if sig is None:
         check_type(op, t, c.outer)
         return

@@ -24,7 +24,7 @@ RESOLVABLE = {"func.decl": "func.def", "kernel.decl": "kernel.def",
 def references(op: Operation) -> Iterator[tuple[Operation, str, str]]:
     """(op, attribute, symbol) for every symbol reference in `op` and its regions."""
     for inner in op.walk():
-        attrs = inner.attrs
+        attrs = inner._attrs
         for key in REF_ATTRS:
             name = attrs.get(key)
             if name is not None and (key != "family" or inner.name in ("template.apply", "template.def")):
@@ -49,6 +49,6 @@ def rename_references(op: Operation, renames: dict[str, str]) -> None:
         if new is None:
             continue
         if key == "symbols":
-            inner.attrs["symbols"] = tuple(renames.get(s, s) for s in inner.attrs["symbols"])
+            inner._attrs["symbols"] = tuple(renames.get(s, s) for s in inner._attrs["symbols"])
         else:
-            inner.attrs[key] = new
+            inner._attrs[key] = new

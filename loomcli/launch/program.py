@@ -51,7 +51,7 @@ def fact_symbol(entry: str, fact: str) -> str:
 
 def entry_name(kernel: Operation) -> str:
     """LANGUAGE.md 17.8: the export name, else the symbol."""
-    return kernel.attrs.get("export") or kernel.attrs["sym"]
+    return kernel.attr("export", None) or kernel.attr("sym")
 
 
 # ---------------------------------------------------------------- results
@@ -221,8 +221,8 @@ class LaunchProgram:
         marker = symbols.get(FORMAT_SYMBOL)
         if marker is None or marker.name != "config.def":
             self._malformed(f"not a launch-config artifact (no @{FORMAT_SYMBOL})")
-        if marker.attrs.get("value") != FORMAT_VERSION:
-            self._malformed(f"launch-config format {marker.attrs.get('value')} is not {FORMAT_VERSION}")
+        if marker.attr("value", None) != FORMAT_VERSION:
+            self._malformed(f"launch-config format {marker.attr('value', None)} is not {FORMAT_VERSION}")
         self.functions: dict[str, LaunchFunction] = {}
         for op in module.ops:
             if op.name == "kernel.def":
@@ -248,7 +248,7 @@ class LaunchProgram:
         from loomcli.targets.records import is_record, record_profile
 
         entry = entry_name(kernel)
-        record = symbols.get(kernel.attrs.get("target", ""))
+        record = symbols.get(kernel.attr("target", ""))
         if not is_record(record):
             self._malformed(f"entry `{entry}` has no target record")
         profile, diags = record_profile(record, self.path)
@@ -257,8 +257,8 @@ class LaunchProgram:
         facts = {}
         for fact, t in FACTS.items():
             op = symbols.get(fact_symbol(entry, fact))
-            value = op.attrs.get("value") if op is not None and op.name == "config.def" else None
-            if op is None or op.attrs.get("type") is not t or type(value) is not int or value < 0:
+            value = op.attr("value", None) if op is not None and op.name == "config.def" else None
+            if op is None or op.attr_or("type") is not t or type(value) is not int or value < 0:
                 self._malformed(f"entry `{entry}` lacks @{fact_symbol(entry, fact)} : {t}")
             facts[fact] = value
         return LaunchFunction(entry, kernel, profile, facts["subgroup_size"], facts["workgroup_storage_bytes"])
@@ -343,7 +343,7 @@ def evaluate_contract(module: Module, kernel: Operation, workload: list[Any], pr
 
     args = kernel.regions[0].args
     env = dict(zip(args, workload))
-    for p in kernel.attrs["sig"].where or []:
+    for p in kernel.attr("sig").where or []:
         values = [int(env[a]) if isinstance(a, Value) else a for a in p.args]
         if not predicate_holds(p.name, values):
             i = args.index(p.args[0])
@@ -355,10 +355,10 @@ def evaluate_contract(module: Module, kernel: Operation, workload: list[Any], pr
         f = run.failures[0]
         if isinstance(f.error, UndefinedBehavior):
             raise ContractViolation("LAUNCH_CONFIG/007", f.op.loc, why=f.error.reason)
-        raise ContractViolation("LAUNCH_CONFIG/008", f.op.loc, field=f.fields[0], s=kernel.attrs["sym"])
+        raise ContractViolation("LAUNCH_CONFIG/008", f.op.loc, field=f.fields[0], s=kernel.attr("sym"))
     for name, triple in run.values.items():
         if None in triple:  # pragma: no cover - every argument is known, so only a failure leaves a hole
-            raise ContractViolation("LAUNCH_CONFIG/008", kernel.loc, field=name, s=kernel.attrs["sym"])
+            raise ContractViolation("LAUNCH_CONFIG/008", kernel.loc, field=name, s=kernel.attr("sym"))
     counts, sizes, cluster = (tuple(int(v) for v in run.values[k])
                               for k in ("workgroups", "workgroup_size", "cluster_size"))
     problem = check_geometry(counts, sizes, cluster, profile)  # type: ignore[arg-type]

@@ -72,7 +72,7 @@ class BindingCollector:
 
                     raise LoomError(f"{shown}:{op.loc[0]}: a config module holds only config.def ops, "
                                     f"found {op.name}", 1)
-                b = Binding(op.attrs["sym"], op.attrs["value"], f"{shown}:{op.loc[0]}", shown, op.loc, level=1)
+                b = Binding(op.attr("sym"), op.attr("value"), f"{shown}:{op.loc[0]}", shown, op.loc, level=1)
                 if b.key in seen:
                     self.add(seen[b.key])
                 seen[b.key] = b
@@ -120,7 +120,7 @@ class BindingCollector:
     def add_module_defs(self, module: Module) -> None:
         for op in module.ops:
             if op.name == "config.def":
-                self.add(Binding(op.attrs["sym"], op.attrs["value"], f"{module.path}:{op.loc[0]}",
+                self.add(Binding(op.attr("sym"), op.attr("value"), f"{module.path}:{op.loc[0]}",
                                  module.path, op.loc, level=3))
 
     def result(self) -> ConfigBindings:

@@ -55,10 +55,10 @@ class LinkInput:
 def _symbols_of(module: Module) -> tuple[SymbolInfo, ...]:
     out = []
     for i, op in enumerate(module.ops):
-        sym = op.attrs.get("sym")
+        sym = op.symbol
         if sym is not None:
-            out.append(SymbolInfo(op.name, sym, bool(op.attrs.get("public")), bool(op.attrs.get("retain")),
-                                  op.attrs.get("export"), i))
+            out.append(SymbolInfo(op.name, sym, bool(op.attr_or("public")), bool(op.attr_or("retain")),
+                                  op.attr_or("export"), i))
     return tuple(out)
 
 

@@ -125,7 +125,7 @@ class _Linker:
             for i, item in enumerate(self.index.inputs):
                 for info in item.symbols:
                     if (info.op_name == "template.def"
-                            and self.op((i, info.position)).attrs.get("family") == family):
+                            and self.op((i, info.position)).attr("family", None) == family):
                         refs.append((i, info.position))
             self.providers[family] = refs
         return self.providers[family]
@@ -154,8 +154,8 @@ class _Linker:
         self._import_memo[i] = out
         for op in self.index.inputs[i].module().ops:
             if op.name == "module.import":
-                for s in op.attrs.get("symbols", ()):
-                    out[s] = (op.attrs["key"], op)
+                for s in op.attr("symbols", ()):
+                    out[s] = (op.attr("key"), op)
         return out
 
     def resolve(self, i: int, info: SymbolInfo) -> Ref | None:
@@ -205,8 +205,8 @@ class _Linker:
         if want == "config.def":
             from loomcli.passes.bind import holds, pred_text
 
-            sig = decl.attrs.get("sig")
-            value = self.op(target).attrs.get("value")
+            sig = decl.attr("sig", None)
+            value = self.op(target).attr("value", None)
             for p in (sig.where or []) if sig is not None else []:
                 if not holds(p, sig.args[0], value):
                     d_op = self.op(target)
@@ -230,7 +230,7 @@ class _Linker:
             i = ref[0]
             op = self.op(ref)
             if op.name in RESOLVABLE:
-                target = self.resolve(i, self.local[i][op.attrs["sym"]])
+                target = self.resolve(i, self.local[i][op.attr("sym")])
                 if target is not None:
                     work.append(target)
             for _, key, name in references(op):
@@ -261,12 +261,12 @@ class _Linker:
         out = Module(path)
         origins: dict[str, str] = {}
         emitted_decls: dict[tuple[str, str], Operation] = {}
-        config_defs = {self.op(r).attrs["sym"] for r in selected if self.op(r).name == "config.def"}
+        config_defs = {self.op(r).attr("sym") for r in selected if self.op(r).name == "config.def"}
         for ref in sorted(selected):
             i, _ = ref
             item = self.index.inputs[i]
             op = self.op(ref)
-            name = op.attrs.get("sym")
+            name = op.symbol
             if op.name == "module.import":
                 continue
             if op.name in RESOLVABLE and self.resolved.get((i, name)) is not None:
@@ -290,15 +290,15 @@ class _Linker:
             renames = dict(self.renames[i])
             if renames:
                 if name in renames:
-                    new.attrs["sym"] = renames[name]
+                    new.set_attr("sym", renames[name])
                 rename_references(new, renames)
             if ref in roots:
-                new.attrs["retain"] = True
-            elif item.library and new.attrs.get("public") and not self.is_root_input(i):
-                del new.attrs["public"]
+                new.set_attr("retain", True)
+            elif item.library and new.attr_or("public") and not self.is_root_input(i):
+                new.drop_attr("public")
             out.body.append(new)
-            if "sym" in new.attrs:
-                origins[new.attrs["sym"]] = item.path
+            if new.symbol is not None:
+                origins[new.attr("sym")] = item.path
         return out, origins
 
     def is_root_input(self, i: int) -> bool:
@@ -308,7 +308,7 @@ class _Linker:
 def _modifier_difference(a: Operation, b: Operation) -> str | None:
     """Two declarations of one symbol merge only with the same modifiers."""
     for key in ("convention", "pure", "public"):
-        if a.attrs.get(key) != b.attrs.get(key):
+        if a.attr_or(key) != b.attr_or(key):
             return f"modifier {key} differs"
     return None
 
@@ -316,10 +316,10 @@ def _modifier_difference(a: Operation, b: Operation) -> str | None:
 def compatibility(decl: Operation, definition: Operation) -> str | None:
     """Why a declaration cannot bind to a definition, or None if it can."""
     if decl.name == "config.decl":
-        a, b = decl.attrs["type"], definition.attrs["type"]
+        a, b = decl.attr("type"), definition.attr("type")
         return None if a is b else f"type {a.name} vs {b.name}"
     for attr in ("sig", "launch"):
-        s1, s2 = decl.attrs.get(attr), definition.attrs.get(attr)
+        s1, s2 = decl.attr_or(attr), definition.attr_or(attr)
         if s1 is None and s2 is None:
             continue
         if s1 is None or s2 is None:
@@ -400,7 +400,7 @@ def link(index: LinkIndex, roots: list[str] | tuple[str, ...] = (), mode: str = 
     linker.raise_errors()  # declarations that disagree when merged
     plan = [f"mode {mode}"]
     plan += [f"{'library' if it.library else 'input'} {it.path} key={it.key}" for it in index.inputs]
-    plan += [f"root @{linker.op(r).attrs['sym']}" for r in sorted(root_refs)]
+    plan += [f"root @{linker.op(r).attr('sym')}" for r in sorted(root_refs)]
     plan += linker.plan
     dropped = [f"drop @{info.symbol} from {it.path}" for i, it in enumerate(index.inputs) if it.decoded
                for info in it.symbols if (i, info.position) not in selected]
@@ -412,11 +412,11 @@ def symbol_listing(result: LinkResult) -> list[str]:
     """`--list-symbols`: one line per output symbol: kind, visibility, name, origin."""
     lines = []
     for op in result.module.ops:
-        name = op.attrs.get("sym")
+        name = op.symbol
         if name is None:
             continue
-        vis = "public" if op.attrs.get("public") else "private"
-        flags = vis + (" retain" if op.attrs.get("retain") else "")
-        export = f" export={op.attrs['export']}" if "export" in op.attrs else ""
+        vis = "public" if op.attr_or("public") else "private"
+        flags = vis + (" retain" if op.attr_or("retain") else "")
+        export = f" export={op.attr('export')}" if op.attr_or("export") is not None else ""
         lines.append(f"{op.name} {flags} @{name}{export} from {result.origins.get(name, '?')}")
     return lines

@@ -165,7 +165,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
         if value is None:
             diags.append(Diagnostic.make("CONFIG/001", b.file, b.loc, text=_text_of(b.value), k=key, type=t.name))
             continue
-        sig = op.attrs.get("sig")
+        sig = op.attr_or("sig")
         bad = False
         if sig is not None and sig.where:
             for p in sig.where:
@@ -176,7 +176,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
         if bad:
             continue
         values[key] = value
-        if op.name == "config.decl" or op.attrs.get("value") != value:
+        if op.name == "config.decl" or op.attr("value", None) != value:
             new = Operation(OPS["config.def"], attrs={"sym": key, "value": value, "type": t}, loc=op.loc)
             new.comments = op.comments
             new.parent = module.body
@@ -190,7 +190,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
             if key in values:
                 _fold_get(op, values[key])
             elif require_resolved and key not in values:
-                path = (origins or {}).get(top.attrs.get("sym", ""), module.path)
+                path = (origins or {}).get((top.symbol or ""), module.path)
                 diags.append(Diagnostic.make("CONFIG/003", path, op.loc, k=key))
     return diags
 

@@ -55,7 +55,7 @@ def constant_fits_uses(result: Value, c: Any) -> bool:
         name = user.opdef.name
         if name == "scf.for" and i == 2 and c <= 0:
             return False
-        if name == "kernel.dispatch" and i < user.attrs.get("nworkload", 0) and not 0 <= c <= (1 << 32) - 1:
+        if name == "kernel.dispatch" and i < user.attr("nworkload", 0) and not 0 <= c <= (1 << 32) - 1:
             return False
     return True
 
@@ -128,7 +128,7 @@ def _is_float(v: Value, x: float) -> bool:
 
 
 def _flags(op: Operation) -> tuple[str, ...]:
-    return tuple(op.attrs.get("flags", ()))
+    return tuple(op.attr_or("flags", ()))
 
 
 def _defining(v: Value, name: str) -> Operation | None:
@@ -174,7 +174,7 @@ def swap_compare(op: Operation, rw: Rewriter) -> bool:
     a, b = op.operand("lhs"), op.operand("rhs")
     if constant_of(a) is NOT_CONSTANT or constant_of(b) is not NOT_CONSTANT:
         return False
-    op.attrs["predicate"] = SWAPPED_PREDICATE[op.attr("predicate")]
+    op.set_attr("predicate", SWAPPED_PREDICATE[op.attr("predicate")])
     _swap_operands(op, rw)
     return True
 

@@ -53,7 +53,7 @@ def op_key(op: Operation) -> Hashable | None:
     if not opdef.has(PURE) or op.regions or opdef.has(TERMINATOR) or not op.results \
             or opdef.name in _NEVER_MERGED:
         return None
-    attrs = tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items() if not k.startswith("$") and not _empty(v)))
+    attrs = tuple(sorted((k, _attr_key(v)) for k, v in op.attr_items() if not k.startswith("$") and not _empty(v)))
     return (opdef.name, tuple(id(v) for v in op.operands), attrs, tuple(r.type for r in op.results))
 
 

@@ -87,9 +87,8 @@ _SYMBOL_ATTRS = ("callee", "ref", "family", "case", "target")
 
 
 def is_root(op: Operation) -> bool:
-    a = op.attrs
     name = op.opdef.name
-    return bool(a.get("public") or a.get("retain") or (name == "kernel.def" and "export" in a)
+    return bool(op.attr_or("public") or op.attr_or("retain") or (name == "kernel.def" and op.has_attr("export"))
                 or name in ("check.case", "check.benchmark"))
 
 
@@ -107,7 +106,7 @@ def _symbol_refs(value: Any) -> Iterator[str]:
 def references(op: Operation) -> Iterator[str]:
     """Symbols `op` and the ops it nests name, in program order."""
     for inner in op.walk():
-        for key, value in inner.attrs.items():
+        for key, value in inner.attr_items():
             if key in _SYMBOL_ATTRS and isinstance(value, str):
                 yield value
             elif key != "sym":
@@ -120,7 +119,7 @@ def symbol_dce(module: Module) -> list[str]:
     providers: dict[str, list[Operation]] = {}
     for op in module.ops:
         if op.opdef.name == "template.def":
-            providers.setdefault(op.attrs.get("family", ""), []).append(op)
+            providers.setdefault(op.attr("family", ""), []).append(op)
     live: set[Operation] = set()
     stack = [op for op in module.ops if op.opdef.has(SYMBOL) and is_root(op)]
     live.update(stack)
@@ -128,7 +127,7 @@ def symbol_dce(module: Module) -> list[str]:
         op = stack.pop()
         reached = [symbols.get(s) for s in references(op)]
         reached += [p for inner in op.walk() if inner.opdef.name == "template.apply"
-                    for p in providers.get(inner.attrs.get("family", ""), [])]
+                    for p in providers.get(inner.attr("family", ""), [])]
         for target in reached:
             if target is not None and target not in live:
                 live.add(target)
@@ -140,9 +139,9 @@ def symbol_dce(module: Module) -> list[str]:
     remaining = module.symbols()
     for op in list(module.ops):
         if op.opdef.name == "module.import":
-            kept = tuple(s for s in op.attrs.get("symbols", ()) if s in remaining)
+            kept = tuple(s for s in op.attr("symbols", ()) if s in remaining)
             if kept:
-                op.attrs["symbols"] = kept
+                op.set_attr("symbols", kept)
             else:
                 rw.erase_op(op)
     return [op.attr("sym") for op in dead]

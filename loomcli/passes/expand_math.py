@@ -74,13 +74,13 @@ class ExpandMath(ModulePass):
                 continue
             if t is F64 and "i64" not in features:
                 # The f64 routines read and build exponent bits through i64.
-                raise CompileError([Diagnostic.make("TARGET/005", module.path, op.loc, k=top.attrs.get("sym", "?"),
+                raise CompileError([Diagnostic.make("TARGET/005", module.path, op.loc, k=(top.symbol or "?"),
                                                     feature=f"i64 for {op.name} on f64", target=profile.name)])
             if t in _NARROW:  # through f32, one rounding at the end
                 namer = Namer.for_op(op)
                 wide = [_insert_before(op, create("scalar.extf", [v], [F32]), namer) for v in op.operands]
                 if (fn, "f32") in native:
-                    inner = create(op.name, wide, [F32], {"flags": op.attrs.get("flags", ())})
+                    inner = create(op.name, wide, [F32], {"flags": op.attr("flags", ())})
                 else:
                     inner = library.call_op(fn, F32, wide)
                 substitute(op, create("scalar.fptrunc", [_insert_before(op, inner, namer)]))
@@ -135,7 +135,7 @@ class Library:
         body = fdef.regions[0]
         arg_names = ("x", "y")[:arity]
         body.args = [BlockArgument(n, t, body, i) for i, n in enumerate(arg_names)]
-        fdef.attrs["sig"] = Signature(body.args, results)
+        fdef.set_attr("sig", Signature(body.args, results))
         b = Builder(body, Namer(taken=arg_names))
         lib = MathLib(b, t.bits, "i64" in self.features,  # type: ignore[attr-defined]
                       reduce=None if fn == "rem_pio2" else self._reduce(b, t))

@@ -37,7 +37,7 @@ def wants_inline(op: Operation, callee: Operation | None) -> bool:
         return True
     if name != "func.call" or callee is None:
         return False
-    marks = (op.attrs.get("inlining"), callee.attrs.get("inlining"))
+    marks = (op.attr("inlining", None), callee.attr_or("inlining"))
     return "inline" in marks and "noinline" not in marks
 
 
@@ -59,10 +59,10 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
             if name == "template.apply" and site != home:
                 return False
             if name in ("func.call", "template.call"):
-                target = symbols.get(op.attrs.get("callee", ""))
-                if target is None or not may_call(site, target.attrs.get("convention")):
+                target = symbols.get(op.attr("callee", ""))
+                if target is None or not may_call(site, target.attr_or("convention")):
                     return False
-                if name == "func.call" and site in (K_CFG, PROGRAM) and not target.attrs.get("pure"):
+                if name == "func.call" and site in (K_CFG, PROGRAM) and not target.attr_or("pure"):
                     return False
     return True
 
@@ -79,7 +79,7 @@ def inline_call(call: Operation, callee: Operation, rw: Rewriter) -> None:
         if site in (K_CFG, PROGRAM):
             for inner in copy.walk():
                 if inner.opdef.name == "func.call":
-                    inner.attrs["pure"] = True  # those sites take only `pure` calls; the callee is pure
+                    inner.set_attr("pure", True)  # those sites take only `pure` calls; the callee is pure
         copies.append(rw.insert_before(call, copy))
     values = [mapping.get(v, v) for v in body.ops[-1].operands]
     rw.carry_comments(call, copies[0] if copies else None)
@@ -95,7 +95,7 @@ def inline_calls(module: Module) -> int:
         done = 0
         calls = [op for op in module.walk() if op.opdef.name in ("func.call", "template.call")]
         for call in calls:
-            callee = symbols.get(call.attrs.get("callee", ""))
+            callee = symbols.get(call.attr("callee", ""))
             if call.parent is None or not wants_inline(call, callee):
                 continue
             if callee is not None and can_inline(call, callee, symbols):

@@ -120,7 +120,7 @@ class Selector:
         return self.decisions
 
     def select_symbol(self, op: Operation, site_constants: dict[Value, Any] | None = None) -> None:
-        sym = op.attrs.get("sym", "")
+        sym = (op.symbol or "")
         profile = self._profile_of(op)
         regions: list[tuple[Region, str, Signature | None]]
         if op.name == "kernel.def":
@@ -154,12 +154,12 @@ class Selector:
 
     def _profile_of(self, op: Operation) -> Profile | None:
         """A pinned symbol uses its target record's profile (LANGUAGE.md 17.30)."""
-        pinned = op.attrs.get("target")
+        pinned = op.attr_or("target")
         if pinned is None:
             return self.profile
         record = self.symbols.get(pinned)
         if (op.name != "kernel.def" and self.profile is not None and record is not None
-                and self.profile.matches_record(record.attrs.get("kind", ""))):
+                and self.profile.matches_record(record.attr("kind", ""))):
             return self.profile  # a provider or function a generic chip covers runs on the root's chip (17.18)
         from loomcli.targets.checks import profile_for
 
@@ -219,7 +219,7 @@ class Selector:
             target = self.symbols.get(op.attr("ref"))
             if target is not None and target.name == "config.def":
                 facts.constants[op.result()] = target.attr("value")
-            elif target is not None and target.attrs.get("sig") is not None:
+            elif target is not None and target.attr_or("sig") is not None:
                 sig = target.signature("sig")
                 for p in sig.where or []:
                     facts.add(p, op.result(), [op.result() if a is sig.args[0] else a for a in p.args])
@@ -286,7 +286,7 @@ class Selector:
             record = self.symbols.get(pinned)
             if profile is None:
                 statuses.append((UNKNOWN, f"target(@{pinned}) without a target"))
-            elif record is None or not profile.matches_record(record.attrs.get("kind", "")):
+            elif record is None or not profile.matches_record(record.attr("kind", "")):
                 statuses.append((REFUTED, f"target(@{pinned})"))
         for req in provider.attr("requires", []):
             want = req.params[0] if getattr(req, "params", None) else None

@@ -84,9 +84,9 @@ def fold_target_facts(module: Module, profile: Profile | None) -> None:
         if not sites:
             continue
         chosen = profile
-        record = symbols.get(top.attrs.get("target") or "")
+        record = symbols.get(top.attr_or("target") or "")
         if record is not None:
-            covered = profile is not None and profile.matches_record(record.attrs.get("kind", ""))
+            covered = profile is not None and profile.matches_record(record.attr("kind", ""))
             if top.name == "kernel.def" or profile is None:
                 chosen = profile_for(module, top, profile)
             elif not covered:

@@ -59,7 +59,7 @@ class Evaluator:
                 raise NotEvaluable(f"no symbol `@{fn.lstrip('@')}`")
             fn = target
         if fn.opdef.name not in ("func.def", "template.def"):
-            raise NotEvaluable(f"`@{fn.attrs.get('sym')}` is a {fn.opdef.name}, not a function with a body")
+            raise NotEvaluable(f"`@{fn.symbol}` is a {fn.opdef.name}, not a function with a body")
         region = fn.region("body")
         if len(args) != len(region.args):
             raise NotEvaluable(f"`@{fn.attr('sym')}` takes {len(region.args)} arguments, got {len(args)}")
@@ -97,11 +97,11 @@ class Evaluator:
         values = [canonical(a, v.type) for a, v in zip(workload, region.args)]
         term, operands = self.run_region(region, values)
         if term.opdef.name != "kernel.launch.config":
-            raise NotEvaluable(f"`@{kernel.attrs.get('sym')}` has no launch configuration")
+            raise NotEvaluable(f"`@{kernel.symbol}` has no launch configuration")
         out: dict[str, tuple[int, ...]] = {}
         at = 0
         for key in ("workgroups", "workgroup_size", "cluster_size"):
-            n = term.attrs.get(key, 0)
+            n = term.attr(key, 0)
             out[key] = tuple(operands[at:at + n]) if n else (1, 1, 1)
             at += n
         return out

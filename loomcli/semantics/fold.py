@@ -126,7 +126,7 @@ def constant_value(op: Operation) -> Any:
 
 def constant_of(v: Value) -> Any:
     """The constant `v` holds, or NOT_CONSTANT."""
-    if isinstance(v, OpResult) and v.op.opdef.name in CONSTANT_OPS and "value" in v.op.attrs:
+    if isinstance(v, OpResult) and v.op.opdef.name in CONSTANT_OPS and v.op.has_attr("value"):
         return constant_value(v.op)
     return NOT_CONSTANT
 
@@ -552,7 +552,7 @@ _SCALAR_INT: dict[str, Callable[[int, int, int, tuple[str, ...]], int]] = {
 def _scalar_int(fn: Callable[[int, int, int, tuple[str, ...]], int]) -> Folder:
     def fold(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
         n = _result_type(op).bits  # type: ignore[attr-defined]
-        r = fn(pattern(args[0], n), pattern(args[1], n), n, tuple(op.attrs.get("flags", ())))
+        r = fn(pattern(args[0], n), pattern(args[1], n), n, tuple(op.attr_or("flags", ())))
         return [from_pattern(r & _mask(n), n)]
     return fold
 

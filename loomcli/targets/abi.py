@@ -89,7 +89,7 @@ def type_name(t: Type) -> str:
 def export_name(kernel: Operation) -> str:
     """A kernel's entry name: its export name, else its symbol (LANGUAGE.md 17.8).
     Read with `attrs.get`: a `kernel.decl` has no `export` to declare."""
-    return kernel.attrs.get("export") or kernel.attr("sym")
+    return kernel.attr("export", None) or kernel.attr("sym")
 
 
 def kernel_abi(kernel: Operation, family: str) -> KernelABI:
@@ -120,7 +120,7 @@ def exported_kernels(module: Module, roots: set[str] | None = None) -> list[Oper
     """Kernels an artifact contains: exported ones and retained roots, in module order."""
     out = []
     for op in module.ops:
-        if op.name == "kernel.def" and ("export" in op.attrs or op.attr("retain", None)
+        if op.name == "kernel.def" and (op.has_attr("export") or op.attr("retain", None)
                                         or (roots is not None and op.attr("sym") in roots)):
             out.append(op)
     return out

@@ -92,7 +92,7 @@ class ModuleChecks:
         if cli_profile is not None and cli_profile.chip != profile.chip:
             diags.append(Diagnostic.make(
                 "TARGET/001", self.module.path, op.loc_of("target"),
-                text=f"--target={cli_profile.name} for @{op.attrs.get('sym')} pinned to "
+                text=f"--target={cli_profile.name} for @{op.symbol} pinned to "
                      f"@{record.attr('sym')} ({profile.name})"))
         if diags:
             raise CompileError(diags)
@@ -245,9 +245,9 @@ class _KernelChecker:
 
     def _check_pinned_callee(self, op: Operation) -> None:
         callee = self.symbols.get(op.attr("callee", ""))
-        if callee is None or "target" not in callee.attrs:
+        if callee is None or callee.attr_or("target") is None:
             return
-        record = self.symbols.get(callee.attrs["target"])
+        record = self.symbols.get(callee.attr_or("target"))
         if record is None or record.name not in RECORD_OPS:
             return
         if not self.profile.matches_record(record.attr("kind")):
@@ -314,7 +314,7 @@ def _op_features(op: Operation) -> Iterator[str]:
     for v in values:
         yield from _features_of(v.type)
     for key in ("type",):
-        t = op.attrs.get(key)
+        t = op.attr_or(key)
         if isinstance(t, Type):
             yield from _features_of(t)
 

@@ -169,7 +169,7 @@ def check_records(module: Module) -> list[Diagnostic]:
 def pinned_record(module: Module, op: Operation, symbols: dict[str, Operation] | None = None) -> Operation | None:
     """The target record `op` is pinned to with `target(@t)`, if any;
     TARGET/001 when @t is not a record."""
-    name = op.attrs.get("target")
+    name = op.attr_or("target")
     if name is None:
         return None
     record = (module.symbols() if symbols is None else symbols).get(name)

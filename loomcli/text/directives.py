@@ -62,6 +62,11 @@ def _shown(value: object) -> str:
     return attribute_text(value)
 
 
+def _workload(op: Operation) -> int:
+    """The workload operands before a call's arguments (none for an op whose callee takes none)."""
+    return op.attr("nworkload", 0) if "nworkload" in op.opdef.attributes else 0
+
+
 def _indexed_base(op: Operation) -> int:
     """Position of the indexed base among the operands (after leading values)."""
     return op.opdef.indexed_base
@@ -78,7 +83,7 @@ class KindSyntax(F.Kind, Syntax):
             if not self.optional:
                 p.fail_expected("`<`")
             if self.flags:
-                op.attrs[self.attr] = ()
+                op.set_attr(self.attr, ())
             return
         p.advance()
         seen: list[str] = []
@@ -99,12 +104,12 @@ class KindSyntax(F.Kind, Syntax):
                 p.fail("PARSE/007", p.offset, word=p.text, op=op.name)
         p.expect(">")
         if self.flags:
-            op.attrs[self.attr] = tuple(w for w in self.words if w in seen)
+            op.set_attr(self.attr, tuple(w for w in self.words if w in seen))
         else:
-            op.attrs[self.attr] = seen[0]
+            op.set_attr(self.attr, seen[0])
 
     def print(self, pr: Printer, op: Operation) -> None:
-        value = op.attrs.get(self.attr)
+        value = op.attr(self.attr, None)
         if self.flags:
             if value:
                 pr.glue("<" + "|".join(value) + ">")
@@ -122,11 +127,11 @@ class SymKindSyntax(F.SymKind, Syntax):
             p.fail_expected("`<`")
         p.advance()
         p.record_loc(op, self.attr)
-        op.attrs[self.attr] = p.expect_symbol()
+        op.set_attr(self.attr, p.expect_symbol())
         p.expect(">")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.glue(angled("@" + op.attrs[self.attr]))
+        pr.glue(angled("@" + op.attr(self.attr)))
 
 
 
@@ -166,12 +171,12 @@ class OperandsSyntax(F.Operands, Syntax):
                 p.advance()
                 p.parse_operand(op)
         if self.segment:
-            op.attrs[self.segment] = len(op.operands) - start
+            op.set_attr(self.segment, len(op.operands) - start)
 
     def print(self, pr: Printer, op: Operation) -> None:
         if self.segment:
             start = F.segment_start(op, self.segment)
-            values = op.operands[start:start + op.attrs[self.segment]]
+            values = op.operands[start:start + op.attr(self.segment)]
         else:
             values = op.operands
         if values:
@@ -205,11 +210,11 @@ class PredicateSyntax(F.Predicate, Syntax):
         word = p.expect_ident("a predicate")
         if word not in self.words:
             p.fail("PARSE/007", loc, word=word, op=op.name)
-        op.attrs["predicate"] = word
+        op.set_attr("predicate", word)
         p.expect(",")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(op.attrs["predicate"] + ",")
+        pr.word(op.attr("predicate") + ",")
 
 
 
@@ -219,10 +224,10 @@ class LiteralSyntax(F.Literal, Syntax):
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
-        op.attrs[self.attr] = p.parse_literal()
+        op.set_attr(self.attr, p.parse_literal())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(pr.literal(op.attrs[self.attr]))
+        pr.word(pr.literal(op.attr(self.attr)))
 
 
 
@@ -249,10 +254,10 @@ class IndexedSyntax(F.Indexed, Syntax):
                 break
             p.advance()
         p.expect("]")
-        op.attrs["indices"] = tuple(template)
+        op.set_attr("indices", tuple(template))
 
     def print(self, pr: Printer, op: Operation) -> None:
-        template = op.attrs["indices"]
+        template = op.attr("indices")
         start = _indexed_base(op)
         dynamic = iter(op.operands[start + 1:start + 1 + template.count(None)])
         parts = [pr.value(next(dynamic)) if t is None else str(t) for t in template]
@@ -278,15 +283,15 @@ class KwParenSyntax(F.KwParen, Syntax):
         p.record_loc(op, self.attr)
         inner = self.inner
         if inner == "int":
-            op.attrs[self.attr] = p.parse_int()
+            op.set_attr(self.attr, p.parse_int())
         elif inner == "lit":
-            op.attrs[self.attr] = p.parse_literal()
+            op.set_attr(self.attr, p.parse_literal())
         elif inner == "lits":
-            op.attrs[self.attr] = p.parse_literal_list()
+            op.set_attr(self.attr, p.parse_literal_list())
         elif inner == "str":
-            op.attrs[self.attr] = p.parse_string()
+            op.set_attr(self.attr, p.parse_string())
         elif inner == "ident":
-            op.attrs[self.attr] = p.expect_ident("a word")
+            op.set_attr(self.attr, p.expect_ident("a word"))
         elif inner == "operand":
             p.parse_operand(op)
         elif inner == "operands":
@@ -295,7 +300,7 @@ class KwParenSyntax(F.KwParen, Syntax):
             while p.at(","):
                 p.advance()
                 p.parse_operand(op)
-            op.attrs[self.attr] = len(op.operands) - start
+            op.set_attr(self.attr, len(op.operands) - start)
         p.expect(")")
 
     def print(self, pr: Printer, op: Operation) -> None:
@@ -304,9 +309,9 @@ class KwParenSyntax(F.KwParen, Syntax):
             index = op.opdef.operand_keywords.index(self.word)
             pr.word(f"{self.word}({pr.value(op.operands[index])})")
             return
-        if self.attr not in op.attrs:
+        if not op.has_attr(self.attr):
             return
-        value = op.attrs[self.attr]
+        value = op.attr(self.attr)
         if inner == "operands":
             start = F.segment_start(op, self.attr)
             text = ", ".join(pr.value(v) for v in op.operands[start:start + value])
@@ -330,9 +335,9 @@ class DictSyntax(F.Dict, Syntax):
         if self.keys is None:
             if p.at("{"):
                 p.record_loc(op, self.attr)
-                op.attrs[self.attr] = p.parse_dict()
+                op.set_attr(self.attr, p.parse_dict())
             else:
-                op.attrs[self.attr] = {}
+                op.set_attr(self.attr, {})
             return
         if not p.at("{"):
             p.fail_expected(f"`{{{next(iter(self.keys))} = …}}`")
@@ -355,10 +360,10 @@ class DictSyntax(F.Dict, Syntax):
         for key in self.keys:
             if key not in d:
                 p.fail("PARSE/003", p.starts[p.i - 1], expected=f"`{key}`", found="`}`")
-        op.attrs[self.attr] = d
+        op.set_attr(self.attr, d)
 
     def print(self, pr: Printer, op: Operation) -> None:
-        d = op.attrs.get(self.attr)
+        d = op.attr(self.attr, None)
         if d:
             pr.word(pr.dictionary(d))
 
@@ -369,10 +374,10 @@ class PredsSyntax(F.Preds, Syntax):
     __slots__ = ()
 
     def parse(self, p: Parser, op: Operation) -> None:
-        op.attrs["preds"] = p.parse_preds()
+        op.set_attr("preds", p.parse_preds())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(pr.preds(op.attrs["preds"]))
+        pr.word(pr.preds(op.attr("preds")))
 
 
 
@@ -382,7 +387,7 @@ class CalleeSyntax(F.Callee, Syntax):
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, "callee")
-        op.attrs["callee"] = p.expect_symbol()
+        op.set_attr("callee", p.expect_symbol())
         nwork = 0
         if self.workload and p.at("["):
             p.advance()
@@ -394,12 +399,12 @@ class CalleeSyntax(F.Callee, Syntax):
                 p.parse_operand(op)
             p.expect("]")
             nwork = len(op.operands)
-        op.attrs["nworkload"] = nwork
+        op.set_attr("nworkload", nwork)
         ParenOperandsSyntax().parse(p, op)
 
     def print(self, pr: Printer, op: Operation) -> None:
-        n = op.attrs.get("nworkload", 0)
-        text = "@" + op.attrs["callee"]
+        n = op.attr("nworkload", 0)
+        text = "@" + op.attr("callee")
         if n:
             text += "[" + ", ".join(pr.value(v) for v in op.operands[:n]) + "]"
         text += "(" + ", ".join(pr.value(v) for v in op.operands[n:]) + ")"
@@ -423,7 +428,7 @@ class ParenOperandsSyntax(F.ParenOperands, Syntax):
         p.expect(")")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        start = op.attrs.get("nworkload", 0)
+        start = _workload(op)
         pr.glue("(" + ", ".join(pr.value(v) for v in op.operands[start:]) + ")")
 
 
@@ -448,10 +453,10 @@ class PackSyntax(F.Pack, Syntax):
                 break
             p.advance()
         p.expect("]")
-        op.attrs["aligns"] = tuple(aligns)
+        op.set_attr("aligns", tuple(aligns))
 
     def print(self, pr: Printer, op: Operation) -> None:
-        parts = [f"align({a}) {pr.value(v)}" for a, v in zip(op.attrs["aligns"], op.operands)]
+        parts = [f"align({a}) {pr.value(v)}" for a, v in zip(op.attr("aligns"), op.operands)]
         pr.word("[" + ", ".join(parts) + "]")
 
 
@@ -567,7 +572,7 @@ class CallTypesSyntax(F.CallTypes, Syntax):
         if not p.at(")"):
             written.extend(p.parse_type_list(")"))
         p.expect(")")
-        op.attrs["written_nworkload"] = nwork
+        op.set_attr("written_nworkload", nwork)
         if len(written) != len(op.operands):
             p.count_error(op, len(op.operands), "operand types", len(written))
         else:
@@ -581,7 +586,7 @@ class CallTypesSyntax(F.CallTypes, Syntax):
             p.expect(")")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        n = op.attrs.get("nworkload", 0)
+        n = _workload(op)
         types = [pr.type(v.type) for v in op.operands]
         text = ": "
         if n:
@@ -618,10 +623,10 @@ class TypeAttrSyntax(F.TypeAttr, Syntax):
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect(":")
         p.record_loc(op, "type")
-        op.attrs["type"] = p.parse_type()
+        op.set_attr("type", p.parse_type())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(": " + pr.type(op.attrs["type"]))
+        pr.word(": " + pr.type(op.attr("type")))
 
 
 
@@ -645,11 +650,11 @@ class ElseSyntax(F.Else, Syntax):
         written = p.at_word("else")
         if written:
             p.advance()
-        op.attrs["else"] = written
+        op.set_attr("else", written)
         p.parse_region(op, 1, written=written)
 
     def print(self, pr: Printer, op: Operation) -> None:
-        if op.attrs.get("else") or not pr.region_is_trivial(op.regions[1]):
+        if op.attr("else", None) or not pr.region_is_trivial(op.regions[1]):
             pr.word("else")
             pr.region(op, 1)
 
@@ -749,32 +754,32 @@ class ModifiersSyntax(F.Modifiers, Syntax):
             rank = F.MODIFIER_RANK[word]
             p.advance()
             if word in ("public", "retain", "pure"):
-                op.attrs[word] = True
+                op.set_attr(word, True)
             elif word in ("host", "device"):
-                op.attrs["convention"] = word
+                op.set_attr("convention", word)
             elif word in ("inline", "noinline"):
-                op.attrs["inlining"] = word
+                op.set_attr("inlining", word)
             elif word == "target":
                 p.expect("(")
                 p.record_loc(op, "target")
-                op.attrs["target"] = p.expect_symbol()
+                op.set_attr("target", p.expect_symbol())
                 p.expect(")")
             elif word == "export":
                 p.expect("(")
                 p.record_loc(op, "export")
-                op.attrs["export"] = p.parse_string()
+                op.set_attr("export", p.parse_string())
                 p.expect(")")
             elif word == "priority":
                 p.expect("(")
                 p.record_loc(op, "priority")
-                op.attrs["priority"] = p.parse_int()
+                op.set_attr("priority", p.parse_int())
                 p.expect(")")
             elif word == "requires":
                 p.record_loc(op, "requires")
-                op.attrs["requires"] = p.parse_attr_list()
+                op.set_attr("requires", p.parse_attr_list())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        a = op.attrs
+        a = dict(op.attr_items())
         for word in ("public", "retain"):
             if a.get(word):
                 pr.word(word)
@@ -801,10 +806,10 @@ class SymNameSyntax(F.SymName, Syntax):
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
-        op.attrs[self.attr] = p.expect_symbol()
+        op.set_attr(self.attr, p.expect_symbol())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word("@" + op.attrs[self.attr])
+        pr.word("@" + op.attr(self.attr))
 
 
 
@@ -818,10 +823,10 @@ class SigArgsSyntax(F.SigArgs, Syntax):
         if not p.at("("):
             p.fail_expected("`(`")
         args = p.parse_signature_args(op, self.region)
-        op.attrs[self.attr] = Signature(args)
+        op.set_attr(self.attr, Signature(args))
 
     def print(self, pr: Printer, op: Operation) -> None:
-        sig: Signature = op.attrs[self.attr]
+        sig: Signature = op.attr(self.attr)
         text = "(" + ", ".join(f"{pr.value(a)}: {pr.type(a.type)}" for a in sig.args) + ")"
         if self.glued:
             pr.glue(text)
@@ -840,11 +845,11 @@ class SigResultsSyntax(F.SigResults, Syntax):
             p.expect("(")
             p.record_loc(op, "results")
             if not p.at(")"):
-                op.attrs["sig"].results = p.parse_type_list(")")
+                op.attr("sig").results = p.parse_type_list(")")
             p.expect(")")
 
     def print(self, pr: Printer, op: Operation) -> None:
-        results = op.attrs["sig"].results
+        results = op.attr("sig").results
         if results:
             pr.word("-> (" + ", ".join(pr.type(t) for t in results) + ")")
 
@@ -857,10 +862,10 @@ class WhereSyntax(F.Where, Syntax):
     def parse(self, p: Parser, op: Operation) -> None:
         if p.at_word("where"):
             p.advance()
-            op.attrs[self.attr].where = p.parse_preds()
+            op.attr(self.attr).where = p.parse_preds()
 
     def print(self, pr: Printer, op: Operation) -> None:
-        where = op.attrs[self.attr].where
+        where = op.attr(self.attr).where
         if where is not None:
             pr.word("where " + pr.preds(where))
 
@@ -874,19 +879,19 @@ class ConfigDeclTypeSyntax(F.ConfigDeclType, Syntax):
         p.expect(":")
         if p.at_ssa():
             args = p.parse_local_binding(op)
-            op.attrs["sig"] = Signature(args)
+            op.set_attr("sig", Signature(args))
             p.expect_word("where")
-            op.attrs["sig"].where = p.parse_preds()
+            op.attr("sig").where = p.parse_preds()
             p.close_pending_scope()
-            op.attrs["type"] = args[0].type
+            op.set_attr("type", args[0].type)
         else:
             p.record_loc(op, "type")
-            op.attrs["type"] = p.parse_type()
+            op.set_attr("type", p.parse_type())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        sig = op.attrs.get("sig")
+        sig = op.attr("sig", None)
         if sig is None:
-            pr.word(": " + pr.type(op.attrs["type"]))
+            pr.word(": " + pr.type(op.attr("type")))
         else:
             subject = sig.args[0]
             pr.word(f": {pr.value(subject)}: {pr.type(subject.type)} where {pr.preds(sig.where or [])}")
@@ -907,10 +912,10 @@ class SymbolListSyntax(F.SymbolList, Syntax):
                 break
             p.advance()
         p.expect("]")
-        op.attrs["symbols"] = tuple(names)
+        op.set_attr("symbols", tuple(names))
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word("[" + ", ".join("@" + s for s in sorted(set(op.attrs["symbols"]))) + "]")
+        pr.word("[" + ", ".join("@" + s for s in sorted(set(op.attr("symbols")))) + "]")
 
 
 
@@ -920,10 +925,10 @@ class StringAttrSyntax(F.StringAttr, Syntax):
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.record_loc(op, self.attr)
-        op.attrs[self.attr] = p.parse_string()
+        op.set_attr(self.attr, p.parse_string())
 
     def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(pr.literal(op.attrs[self.attr]))
+        pr.word(pr.literal(op.attr(self.attr)))
 
 
 

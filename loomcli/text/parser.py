@@ -167,7 +167,7 @@ class Parser:
 
     def count_error(self, op: Operation, n: int, items: str, m: int) -> None:
         self.diags.append(Diagnostic.make("TYPE/002", self.path, op.loc, op=op.name, n=n, items=items, m=m))
-        op.attrs["$invalid"] = True
+        op.invalid = True
 
     def record_loc(self, op: Operation, attr: str) -> None:
         if op.attr_locs is None:
@@ -260,7 +260,7 @@ class Parser:
         self.diags.append(Diagnostic.make("TYPE/005", self.path, self.loc(self.offset), literal=shown,
                                           type="float (it rounds to infinity in f64)"))
         if self.current is not None:
-            self.current.attrs["$invalid"] = True
+            self.current.invalid = True
 
     def parse_string(self) -> str:
         if self.kinds[self.i] != STRING:
@@ -713,10 +713,10 @@ class Parser:
         result_types, self.result_types, self.pending_args = self.result_types, saved_results, saved_args
         self._check_op_end(op)
         self.current = saved_current
-        if len(names) != len(result_types) and not op.attrs.get("$invalid"):
+        if len(names) != len(result_types) and not op.invalid:
             self.diags.append(Diagnostic.make("TYPE/002", self.path, op.loc, op=opname, n=len(result_types),
                                               items="results", m=len(names)))
-            op.attrs["$invalid"] = True
+            op.invalid = True
         for k, t in enumerate(result_types):
             nm, off = names[k] if k < len(names) else ("", name_off)
             r = op.add_result(t, nm, self.loc(off))

@@ -25,7 +25,7 @@ KernelTarget = Callable[[LLVMTarget, Profile, Profile], LLVMTarget]
 
 def kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Profile:
     """A kernel pinned to a target record compiles with the record's profile."""
-    if "target" not in kernel.attrs:
+    if not kernel.has_attr("target"):
         return profile
     from loomcli.targets.checks import profile_for
 

@@ -803,7 +803,7 @@ def handles(*names: str):
 
 
 def _flags(op: Operation) -> str:
-    return " ".join(op.attrs.get("flags", ()))
+    return " ".join(op.attr_or("flags", ()))
 
 
 def _result(fl: FunctionLowering, op: Operation, v: Any) -> None:
@@ -1269,7 +1269,7 @@ def _call(fl: FunctionLowering, op: Operation) -> None:
                 actuals += [a.base, *a.strides[:-1]]
         else:
             actuals.append(a)
-    inlining = op.attrs.get("inlining")
+    inlining = op.attr_or("inlining")
     suffix = ""
     if inlining:
         suffix = " " + fl.mod.attributes(["alwaysinline" if inlining == "inline" else "noinline"])

@@ -241,7 +241,7 @@ class SpirvEmitter:
             if why is not None:
                 assert root.op is not None
                 owner = root.op.parent_op
-                sym = owner.attrs.get("sym", "?") if owner is not None else "?"
+                sym = (owner.symbol or "?") if owner is not None else "?"
                 raise CompileError([Diagnostic.make("TARGET/005", self.path, root.op.loc, k=sym, feature=why,
                                                     target=self.profile.name)])
         for info in infos:

@@ -645,14 +645,14 @@ def _int_binary(lo: Lowerer, op: Operation) -> None:
 def _float_binary(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
     t = op.results[0].type
-    lo.env[op.results[0]] = fm.binary(lo, op.name[7:], t, a, b, op.attrs.get("flags", ()))  # type: ignore[arg-type]
+    lo.env[op.results[0]] = fm.binary(lo, op.name[7:], t, a, b, op.attr("flags", ()))  # type: ignore[arg-type]
 
 
 @lowers(*(f"scalar.{n}" for n in ("sqrtf", "negf", "rsqrtf", "absf", "floorf", "ceilf")))
 def _float_unary(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     t = op.results[0].type
-    lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attrs.get("flags", ()))  # type: ignore[arg-type]
+    lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attr_or("flags", ()))  # type: ignore[arg-type]
 
 
 @lowers("scalar.fmaf")
@@ -1055,7 +1055,7 @@ def _vector_arith(lo: Lowerer, op: Operation) -> None:
     args = lo.operands(op)
     t = op.results[0].type.elem  # type: ignore[attr-defined]
     name = op.name[7:]
-    flags = op.attrs.get("flags", ())
+    flags = op.attr_or("flags", ())
     out = []
     for lanes in zip(*args):
         if name == "fmaf":

@@ -52,7 +52,7 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             where = "the module" if context == MODULE else f"a {context}"
             self.error("STRUCTURE/003", op.loc, op=op.name, context=where)
             self.bad_ops.add(id(op))
-        ok = not op.attrs.get("$invalid") and self.check_written_types(op)
+        ok = not op.invalid and self.check_written_types(op)
         for t, loc in self._types_of(op):
             self.check_type(t, loc, context)
         if ok and id(op) not in self.bad_ops and opdef.rule:
@@ -61,13 +61,13 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             spec = opdef.regions[index]
             inner = spec.context or context
             if inner == "convention":
-                inner = function_context(op.attrs.get("convention"))
+                inner = function_context(op._attrs.get("convention"))
             self.check_region_end(op, region, spec.terminator)
             for inner_op in region.ops:
                 self.visit(inner_op, inner)
         if op.name == "kernel.def" and self.source_level:
             self.check_kernel_body(op)
-        if op.name in ("func.def", "template.def") and op.attrs.get("pure"):
+        if op.name in ("func.def", "template.def") and op._attrs.get("pure"):
             self.check_pure(op)
 
 

@@ -110,12 +110,12 @@ class VerifierBase:
         return self.want(op, f"result of {op.name}", t, pred(t), expected)
 
     def literal(self, op: Operation, attr: str, t: Type) -> None:
-        value = op.attrs.get(attr)
+        value = op._attrs.get(attr)
         if value is not None and not literal_fits(value, t):
             self.error("TYPE/005", op.loc_of(attr), literal=literal_text(value), type=kind_text(t))
 
     def check_indices(self, op: Operation, view_t: Type, base: int) -> bool:
-        template = op.attrs.get("indices", ())
+        template = op._attrs.get("indices", ())
         if not isinstance(view_t, ShapedType):
             return False
         rank = len(view_t.dims)
@@ -135,7 +135,7 @@ class VerifierBase:
     @staticmethod
     def constant_of(v: Value) -> Any:
         if isinstance(v, OpResult) and v.op.name in ("index.constant", "scalar.constant"):
-            return v.op.attrs.get("value")
+            return v.op._attrs.get("value")
         return None
 
     def folds(self, v: Value, depth: int = 0) -> bool | None:
@@ -167,14 +167,14 @@ class VerifierBase:
             index = owner.regions.index(node.parent)
             ctx = owner.opdef.regions[index].context
             if ctx == "convention":
-                return function_context(owner.attrs.get("convention"))
+                return function_context(owner._attrs.get("convention"))
             if ctx is not None:
                 return ctx
             node = owner
         return None
 
     def lookup(self, op: Operation, attr: str, kinds: Iterable[str], expected: str) -> Operation | None:
-        name = op.attrs.get(attr)
+        name = op._attrs.get(attr)
         if name is None:
             return None
         target = self.symbols.get(name)
@@ -188,7 +188,7 @@ class VerifierBase:
         return target
 
     def providers(self, family: str) -> list[Operation]:
-        return [p for p in self.module.ops if p.name == "template.def" and p.attrs.get("family") == family]
+        return [p for p in self.module.ops if p.name == "template.def" and p._attrs.get("family") == family]
 
     def check_preds(self, preds: list[Pred], subjects: set[Value]) -> None:
         for p in preds:
@@ -215,4 +215,4 @@ class VerifierBase:
     @staticmethod
     def _eligible(ctx: str | None, callee: Operation) -> bool:
         """May a site in context `ctx` call (or select) `callee` (sections 3 and 17.17)?"""
-        return may_call(ctx, callee.attrs.get("convention"))
+        return may_call(ctx, callee._attrs.get("convention"))

@@ -16,25 +16,26 @@ class PurityChecks(VerifierBase):
     """Side effects of `pure` bodies and call cycles."""
 
     def check_pure(self, fn: Operation) -> None:
-        sym = fn.attrs.get("sym")
+        sym = fn._attrs.get("sym")
         for op in fn.region("body").ops:
             for inner in op.walk():
                 bad = None
                 if inner.opdef.has(MEMORY) or inner.opdef.has(CONVERGENT) or inner.opdef.has(LAUNCH):
                     bad = inner.name
                 elif inner.name == "func.call":
-                    callee = self.symbols.get(inner.attrs.get("callee", ""))
-                    if callee is not None and callee.name in ("func.def", "func.decl") and not callee.attrs.get("pure"):
-                        bad = f"impure call of `@{callee.attrs['sym']}`"
+                    callee = self.symbols.get(inner._attrs.get("callee", ""))
+                    if (callee is not None and callee.name in ("func.def", "func.decl")
+                            and not callee._attrs.get("pure")):
+                        bad = f"impure call of `@{callee._attrs['sym']}`"
                 elif inner.name == "template.call":
-                    callee = self.symbols.get(inner.attrs.get("callee", ""))
-                    if callee is not None and callee.name == "template.def" and not callee.attrs.get("pure"):
-                        bad = f"impure call of `@{callee.attrs['sym']}`"
+                    callee = self.symbols.get(inner._attrs.get("callee", ""))
+                    if callee is not None and callee.name == "template.def" and not callee._attrs.get("pure"):
+                        bad = f"impure call of `@{callee._attrs['sym']}`"
                 elif inner.name == "template.apply":
                     ctx = self._context_of(inner)
-                    for provider in self.providers(inner.attrs.get("family", "")):
-                        if self._eligible(ctx, provider) and not provider.attrs.get("pure"):
-                            bad = f"template.apply selecting impure `@{provider.attrs['sym']}`"
+                    for provider in self.providers(inner._attrs.get("family", "")):
+                        if self._eligible(ctx, provider) and not provider._attrs.get("pure"):
+                            bad = f"template.apply selecting impure `@{provider._attrs['sym']}`"
                             break
                 if bad is not None:
                     self.error("STRUCTURE/009", inner.loc, s=sym, op=bad)
@@ -47,9 +48,9 @@ class PurityChecks(VerifierBase):
             out: list[tuple[str, Operation]] = []
             for op in fn.walk():
                 if op.name in ("func.call", "template.call"):
-                    out.append((op.attrs.get("callee", ""), op))
+                    out.append((op._attrs.get("callee", ""), op))
                 elif op.name == "template.apply":
-                    for p in self.providers(op.attrs.get("family", "")):
+                    for p in self.providers(op._attrs.get("family", "")):
                         out.append((p.attr("sym"), op))
             edges[fn.attr("sym")] = out
         state: dict[str, int] = {}

@@ -136,8 +136,8 @@ class StructureRules(VerifierBase):
 
     def rule_launch_config(self, op: Operation) -> None:
         for seg in ("workgroups", "workgroup_size", "cluster_size"):
-            if seg in op.attrs:
-                self.count(op, 3, seg, op.attrs[seg], op.loc_of(seg))
+            if seg in op._attrs:
+                self.count(op, 3, seg, op._attrs[seg], op.loc_of(seg))
         for i, v in enumerate(op.operands):
             self.want(op, f"operand {i} of kernel.launch.config", v.type, v.type is INDEX, "index", op.operand_loc(i))
 
@@ -145,7 +145,7 @@ class StructureRules(VerifierBase):
         self.operands(op, 0)
 
     def rule_barrier(self, op: Operation) -> None:
-        kind, scope, ordering = op.attrs.get("kind"), op.attrs.get("scope"), op.attrs.get("ordering")
+        kind, scope, ordering = op._attrs.get("kind"), op._attrs.get("scope"), op._attrs.get("ordering")
         if kind == "workgroup":
             if scope not in ("subgroup", "workgroup"):
                 self.error("TYPE/003", op.loc_of("scope"), what=f"scope({scope})", why="expected subgroup or workgroup")

@@ -73,14 +73,14 @@ class SymbolRules(VerifierBase):
     def collect_symbols(self) -> None:
         exports: dict[str, Operation] = {}
         for op in self.module.ops:
-            sym = op.attrs.get("sym")
+            sym = op._attrs.get("sym")
             if sym is not None and op.opdef.has(SYMBOL):
                 if sym in self.symbols:
                     self.error("SYMBOL/001", op.loc_of("sym"), name="@" + sym)
                 else:
                     self.symbols[sym] = op
             if op.name == "kernel.def":
-                entry = op.attrs.get("export", sym)
+                entry = op._attrs.get("export", sym)
                 if entry in exports:
                     self.error("SYMBOL/001", op.loc_of("export"), name=entry)
                 else:
@@ -93,7 +93,7 @@ class SymbolRules(VerifierBase):
 
     def _where(self, op: Operation, *attrs: str) -> None:
         for attr in attrs:
-            sig = op.attrs.get(attr)
+            sig = op._attrs.get(attr)
             if sig is not None and sig.where:
                 subjects = set(sig.args)
                 if op.name.startswith("command.program"):
@@ -102,10 +102,10 @@ class SymbolRules(VerifierBase):
 
     def rule_kernel_def(self, op: Operation) -> None:
         self._kernel_signature(op)
-        export = op.attrs.get("export")
+        export = op._attrs.get("export")
         if export is not None and not _EXPORT_RE.match(export):
             self.error("TYPE/005", op.loc_of("export"), literal=literal_text(export), type="export name")
-        if "target" in op.attrs:
+        if "target" in op._attrs:
             self.lookup(op, "target", TARGET_RECORDS, "target")
 
     def _kernel_signature(self, op: Operation) -> None:
@@ -123,14 +123,14 @@ class SymbolRules(VerifierBase):
 
     @staticmethod
     def _callee_loc(op: Operation) -> Loc:
-        return op.loc_of("callee" if "callee" in op.attrs else "family")
+        return op.loc_of("callee" if "callee" in op._attrs else "family")
 
     def _call_signature(self, op: Operation, use: str, callee: str, params: list[Value], nwant_workload: int,
                         in_case: bool = False) -> None:
         """Operands against the callee's signature arguments `params` (TYPE/006)."""
         args = op.operands
-        nwork = op.attrs.get("nworkload", 0)
-        written_nwork = op.attrs.get("written_nworkload", nwork)
+        nwork = op._attrs.get("nworkload", 0)
+        written_nwork = op._attrs.get("written_nworkload", nwork)
         if any(v.type is ERROR for v in args):
             return
         if nwork != nwant_workload or written_nwork != nwork:
@@ -173,7 +173,7 @@ class SymbolRules(VerifierBase):
 
     def rule_dispatch(self, op: Operation) -> None:
         target = self.lookup(op, "callee", ("kernel.entry.decl",), "entry")
-        n = op.attrs.get("nworkload", 0)
+        n = op._attrs.get("nworkload", 0)
         if not 1 <= n <= 3:
             self.error("TYPE/002", op.loc, op=op.name, n="1 to 3", items="workgroup counts", m=n)
         for i, v in enumerate(op.operands[:n]):
@@ -183,7 +183,7 @@ class SymbolRules(VerifierBase):
                 self.error("TYPE/003", op.operand_loc(i), what=f"workgroup count {c}", why="counts lie in [0, 2^32-1]")
         if target is None:
             return
-        written = op.attrs.get("written_nworkload", n)
+        written = op._attrs.get("written_nworkload", n)
         if written != n:  # `[…]` in the type list iff workload operands (section 7.6), as for kernel.launch
             self.error("TYPE/006", op.loc_of("callee"), use="kernel.dispatch", s=target.attr("sym"),
                        detail=f"expected {n} workload types, found {written}")
@@ -197,22 +197,22 @@ class SymbolRules(VerifierBase):
 
     def _function_signature(self, op: Operation) -> None:
         sig: Signature = op.signature("sig")
-        host_like = op.attrs.get("convention") != "device"
+        host_like = op._attrs.get("convention") != "device"
         for a in sig.args:
             t = a.type
             if t is ERROR:
                 continue
             if host_like and (t is BUFFER or is_view(t) or is_vector(t)):  # tensors: check_type
-                self.type_error(a.loc, f"argument `%{a.name}` of @{op.attrs['sym']}",
+                self.type_error(a.loc, f"argument `%{a.name}` of @{op._attrs['sym']}",
                                 "index, offset, integer or float", t)
         for t in sig.results:
             if isinstance(t, ShapedType) and not t.is_static:
                 self.error("TYPE/003", op.loc_of("results"), what=f"result type {t}",
                            why="signature results are static")
             elif host_like and (t is BUFFER or is_view(t) or is_vector(t)):
-                self.type_error(op.loc_of("results"), f"result of @{op.attrs['sym']}", "a host type", t)
+                self.type_error(op.loc_of("results"), f"result of @{op._attrs['sym']}", "a host type", t)
         self._where(op, "sig")
-        if "target" in op.attrs:
+        if "target" in op._attrs:
             self.lookup(op, "target", TARGET_RECORDS, "target")
 
     rule_func_def = _function_signature
@@ -225,7 +225,7 @@ class SymbolRules(VerifierBase):
         if family is not None and not _same_signature(family.signature("sig"), op.signature("sig")):
             self.error("TYPE/006", op.loc_of("family"), use="template.def", s=family.attr("sym"),
                        detail="argument or result types differ from the family's")
-        for req in op.attrs.get("requires", []):
+        for req in op._attrs.get("requires", []):
             if not (isinstance(req, HashAttr) and req.name == "target.subgroup.size" and len(req.params) == 1
                     and isinstance(req.params[0], int) and not isinstance(req.params[0], bool)):
                 self.error("TYPE/003", op.loc_of("requires"), what="requirement",
@@ -243,19 +243,19 @@ class SymbolRules(VerifierBase):
     def _check_call_site(self, op: Operation, callee: Operation) -> None:
         ctx = self._context_of(op)
         if not self._eligible(ctx, callee):
-            conv = callee.attrs.get("convention") or "unannotated"
-            self.error("STRUCTURE/003", op.loc_of("callee"), op=f"call of {conv} `@{callee.attrs['sym']}`",
+            conv = callee._attrs.get("convention") or "unannotated"
+            self.error("STRUCTURE/003", op.loc_of("callee"), op=f"call of {conv} `@{callee._attrs['sym']}`",
                        context=f"a {ctx}")
 
     def rule_call(self, op: Operation) -> None:
         target = self.lookup(op, "callee", ("func.def", "func.decl"), "function")
         ctx = self._context_of(op)
-        if ctx in (K_CFG, PROGRAM) and not op.attrs.get("pure"):
+        if ctx in (K_CFG, PROGRAM) and not op._attrs.get("pure"):
             self.error("STRUCTURE/003", op.loc, op="func.call without `pure`", context=f"a {ctx}")
         if target is None:
             return
         self._callable(op, target, "func.call")
-        if op.attrs.get("pure") and not target.attrs.get("pure"):
+        if op._attrs.get("pure") and not target._attrs.get("pure"):
             self.error("TYPE/006", op.loc_of("callee"), use="func.call pure", s=target.attr("sym"),
                        detail="the callee is not pure")
         self._check_call_site(op, target)
@@ -285,16 +285,16 @@ class SymbolRules(VerifierBase):
             self._check_call_site(op, target)
 
     def rule_config_decl(self, op: Operation) -> None:
-        t = op.attrs.get("type")
-        if self.want(op, f"type of @{op.attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
+        t = op._attrs.get("type")
+        if self.want(op, f"type of @{op._attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
                      op.loc_of("type")):
-            sig = op.attrs.get("sig")
+            sig = op._attrs.get("sig")
             if sig is not None and sig.where:
                 self.check_preds(sig.where, set(sig.args))
 
     def rule_config_def(self, op: Operation) -> None:
-        t = op.attrs.get("type")
-        if self.want(op, f"type of @{op.attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
+        t = op._attrs.get("type")
+        if self.want(op, f"type of @{op._attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
                      op.loc_of("type")):
             self.literal(op, "value", t)
 
@@ -311,7 +311,7 @@ class SymbolRules(VerifierBase):
         self.result(op, lambda t: t is INDEX, "index")
 
     def rule_module_import(self, op: Operation) -> None:
-        for i, name in enumerate(op.attrs.get("symbols", ())):
+        for i, name in enumerate(op._attrs.get("symbols", ())):
             target = self.symbols.get(name)
             if target is None:
                 self.error("SYMBOL/002", op.loc_of(f"symbols{i}"), s=name)
@@ -324,7 +324,7 @@ class SymbolRules(VerifierBase):
                         "index, offset, integer or float")
         self._arg_types(op.signature("launch"), "launch argument", lambda t: t is BUFFER, "buffer")
         self._where(op, "launch")
-        if "target" in op.attrs:
+        if "target" in op._attrs:
             self.lookup(op, "target", TARGET_RECORDS, "target")
 
     rule_program_def = _program_signature
@@ -342,7 +342,7 @@ class SymbolRules(VerifierBase):
         if case is None:
             return
         params = {p.attr("name") for p in case.region("body").ops if p.name == "check.param.choice"}
-        for key in op.attrs.get("dict", {}):
+        for key in op._attrs.get("dict", {}):
             if key not in params:
                 self.error("TYPE/003", op.loc_of("dict"), what=f"parameter `{key}`",
-                           why=f"@{case.attrs['sym']} has no such parameter")
+                           why=f"@{case._attrs['sym']} has no such parameter")

@@ -67,7 +67,7 @@ class TypeRules(VerifierBase):
         for r in op.results:
             yield r.type, op.loc
         for attr in ("sig", "launch"):
-            sig = op.attrs.get(attr)
+            sig = op._attrs.get(attr)
             if isinstance(sig, Signature):
                 for a in sig.args:
                     yield a.type, a.loc
@@ -138,7 +138,7 @@ class TypeRules(VerifierBase):
         for i, v in enumerate(op.operands):
             self.want(op, f"operand {i} of index.assume", v.type, is_index_like(v.type), "index or offset",
                       op.operand_loc(i))
-        self.check_preds(op.attrs.get("preds", []), set(op.operands))
+        self.check_preds(op._attrs.get("preds", []), set(op.operands))
 
     def rule_int_binary(self, op: Operation) -> None:
         self._same_typed(op, 2, is_int, "an integer type")
@@ -355,7 +355,7 @@ class TypeRules(VerifierBase):
                        why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
 
     def _combining_kind(self, op: Operation, elem: Type) -> None:
-        kind = op.attrs.get("kind")
+        kind = op._attrs.get("kind")
         if (kind in _INT_KINDS and not is_int(elem)) or (kind in _FLOAT_KINDS and not is_float(elem)):
             self.error("TYPE/003", op.loc, what=f"{op.name}<{kind}>", why=f"not defined on {kind_text(elem)}")
 
@@ -396,19 +396,19 @@ class TypeRules(VerifierBase):
         t = op.results[0].type
         if not self.want(op, "type of check.param.choice", t, self._scalar_arg(t), "index, offset, integer or float"):
             return
-        values = op.attrs.get("values", [])
+        values = op._attrs.get("values", [])
         if not values:
             self.count(op, 1, "values", 0, op.loc_of("values"))
         for v in values:
             if not literal_fits(v, t):
                 self.error("TYPE/005", op.loc_of("values"), literal=literal_text(v), type=kind_text(t))
         case = op.parent
-        name = op.attrs.get("name")
+        name = op._attrs.get("name")
         if case is not None:
             for other in case.ops:
                 if other is op:
                     break
-                if other.name == "check.param.choice" and other.attrs.get("name") == name:
+                if other.name == "check.param.choice" and other._attrs.get("name") == name:
                     self.error("SYMBOL/001", op.loc_of("name"), name=name)
 
     def rule_check_fill(self, op: Operation) -> None:
@@ -420,7 +420,7 @@ class TypeRules(VerifierBase):
         if self.result(op, is_tensor, "a tensor type") and is_tensor(t):
             elem = t.elem
             for attr in ("offset", "step"):
-                v = op.attrs.get(attr)
+                v = op._attrs.get(attr)
                 kind_ok = isinstance(v, float) if is_float(elem) else (isinstance(v, int) and not isinstance(v, bool))
                 if not kind_ok:
                     self.error("TYPE/005", op.loc_of(attr), literal=literal_text(v), type=kind_text(elem))
@@ -433,10 +433,10 @@ class TypeRules(VerifierBase):
             elem = t.elem if isinstance(t, ShapedType) else t
             self.want(op, "type of check.expect.close", t, is_float(elem), "float elements")
             for attr in ("atol", "rtol"):
-                v = op.attrs.get(attr)
+                v = op._attrs.get(attr)
                 if not isinstance(v, float) or v < 0 or math.isnan(v):
                     self.error("TYPE/005", op.loc_of(attr), literal=literal_text(v), type="tolerance")
-            nan = op.attrs.get("nan")
+            nan = op._attrs.get("nan")
             if nan is not None and nan != "same":
                 self.error("TYPE/003", op.loc_of("nan"), what=f"nan({nan})", why="the only mode is nan(same)")
         else:
