@@ -180,7 +180,7 @@ class OperandsSyntax(F.Operands, Syntax):
         else:
             values = op.operands
         if values:
-            pr.word(", ".join(pr.value(v) for v in values))
+            pr.word(", ".join([pr.value(v) for v in values]))
 
 
 

@@ -90,7 +90,8 @@ class Printer:
                 self.lines.append(f"{self.indent}// {c}" if c else f"{self.indent}//")
 
     def op(self, op: Operation) -> None:
-        self._comments(op.comments)
+        if op.comments:
+            self._comments(op.comments)
         if op.results:
             self.cur = self.indent + ", ".join("%" + r.name for r in op.results) + " = " + op.opdef.name
         else:
