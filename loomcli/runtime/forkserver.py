@@ -291,11 +291,17 @@ def adopt(preload: Sequence[str]) -> ForkServer | None:
 def _server_main(argv: list[str]) -> None:
     """`python -m loomcli.runtime.forkserver FD BOUND MODULE...`"""
     fd, bound, *preload = argv
-    sock = socket.socket(fileno=int(fd))
+    serve_forks(int(fd), bound == "1", preload)
+
+
+def serve_forks(fd: int, bound: bool, preload: Sequence[str]) -> NoReturn:
+    """The server's loop on socket `fd`, once `preload` is imported (here, or
+    already by the warm process this one was forked from: `spawn.start_server`)."""
+    sock = socket.socket(fileno=fd)
     # The socket closing ends the server (the pool is done, or the
     # coordinator died); when the coordinator's main thread started it, being
     # bound to that thread also ends one that hangs before it reads the socket.
-    prepare_child(preload, bound_to_parent=bound == "1")
+    prepare_child(preload, bound_to_parent=bound)
     workers: set[int] = set()
     try:
         while True:

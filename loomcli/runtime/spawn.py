@@ -22,7 +22,10 @@ import _thread
 import os
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+
+TYPE_CHECKING = False  # collections.abc would cost the resident server's client more than its whole work
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
 class MakeFlags:
@@ -149,7 +152,11 @@ def start_server(preload: Sequence[str]) -> Started:
     inherited descriptor closed but the jobserver pipe MAKEFLAGS names
     (posix_spawn has no close_fds; our own are close-on-exec already).
     Bound to our life (PR_SET_PDEATHSIG) when started from the main
-    thread: a pool's slot thread ends before its pool closes the server."""
+    thread: a pool's slot thread ends before its pool closes the server.
+    In a warm template's child (`forks_warm`) that has no other thread yet,
+    the server is a fork of this process instead: warm at once."""
+    if _warm and _single_threaded():
+        return _fork_server(preload)
     import _socket
 
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
@@ -183,6 +190,82 @@ def start_server(preload: Sequence[str]) -> Started:
 
 
 _started: list[Started] = []  # at most one, until a pool takes it or the process exits
+_warm: list[bool] = []  # set once in a warm template's child (`forks_warm`)
+
+
+def forks_warm() -> None:
+    """Mark this process as a child of a warm template
+    (`loomcli.runtime.template`): everything a fork server preloads is
+    imported here already, so `start_server` forks one from this process."""
+    if not _warm:
+        _warm.append(True)
+
+
+def _single_threaded() -> bool:
+    threading = sys.modules.get("threading")
+    return threading is None or threading.active_count() == 1
+
+
+def _fork_server(preload: Sequence[str]) -> Started:
+    """A fork server forked from this warm process: what `start_server`
+    would start, minus the interpreter's start and the imports. The child
+    gets the same descriptors a started one would, the default SIGTERM and
+    SIGHUP (a session's handlers are this process's), and serves its socket
+    until it closes (`loomcli.runtime.forkserver.serve_forks`)."""
+    import _socket
+    import signal
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    opened: list[int] = []
+    try:
+        stderr = _unnamed_file(os.environ.get("TMPDIR") or "/tmp")
+        opened.append(stderr)
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        opened.append(devnull)
+        fd = theirs.fileno()
+        keep = {0, 1, 2, fd, *inherited_fds()}
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for target, source in ((0, devnull), (1, devnull), (2, stderr)):
+                    os.dup2(source, target)
+                close_all_but(keep)
+                for sig in (signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                from loomcli.runtime.forkserver import serve_forks
+
+                serve_forks(fd, True, preload)
+            finally:
+                os._exit(70)
+    except BaseException:
+        ours.close()
+        for opened_fd in opened:
+            os.close(opened_fd)
+        raise
+    finally:
+        theirs.close()
+    os.close(devnull)
+    return Started(SpawnedProcess(pid), ours.detach(), stderr, tuple(preload))
+
+
+def close_all_but(keep: set[int]) -> None:
+    """Close every descriptor of this process but those in `keep`."""
+    try:
+        limit = os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        limit = 65536
+    low = 0
+    for fd in sorted(keep):
+        if low < fd:  # os.closerange(0, 0) would close everything (close_range(0, -1))
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(low + 1, limit))
 
 
 def prestart(preload: Sequence[str]) -> None:
