@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "launch-eval": "loomcli.commands.launch_eval:launch_eval",
     "link": "loomcli.commands.link:link",
     "opt": "loomcli.commands.opt:opt",
+    "server": "loomcli.commands.server:server",
     "targets": "loomcli.commands.targets:targets",
     "test": "loomcli.commands.test:test",
 }
@@ -62,6 +63,7 @@ SUMMARIES = {
     "launch-eval": "Evaluate a kernel's launch (workgroups, sizes, storage) for workload values.",
     "link": "Link modules against libraries into one module.",
     "opt": "Run a pass pipeline over a module and print the result.",
+    "server": "The resident compile service: start, status, stop (LOOM_SERVER=auto|off).",
     "targets": "List the target profiles and their limits.",
     "test": "Run check cases on a Vulkan device and report per case and sample.",
 }

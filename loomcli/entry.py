@@ -39,10 +39,43 @@ def _run(args: list[str]) -> Any:
         code = check(args[1:])
         if code is not None:
             sys.exit(code)
+    if args[:1] and args[0] in SERVED:
+        code = _served(args)
+        if code is not None:
+            sys.exit(code)
+    if args[:1] == ["build"]:
         _prestart_workers(args[1:])
     from loomcli.cli import main as cli_main
 
     return cli_main(args)
+
+
+# The commands this user's resident server runs when there is one (TOOLCHAIN.md section 12).
+# The others are near Python's own start-up already (`launch-eval`, `--version`, a no-op
+# build), or are about the server (`server`).
+SERVED = frozenset({"build", "compile", "emit", "fmt", "frontier", "link", "opt", "test"})
+
+
+def _served(args: list[str]) -> int | None:
+    """The exit status of `args` run by this user's server of this loom
+    (`loomcli.runtime.served`), None: run it here. `LOOM_SERVER` and
+    `LOOM_SERVER_IDLE` are checked first: a bad value is a usage error."""
+    import os
+
+    from loomcli.runtime import served
+
+    try:
+        mode = served.mode(os.environ)
+        served.idle_timeout(os.environ)
+    except served.BadSetting as e:
+        print(f"loom: error: {e}", file=sys.stderr)
+        return 2
+    if mode == "off":
+        return None
+    from loomcli.service.fingerprint import server_key
+
+    key = server_key()
+    return None if key is None else served.serve(args, key, auto=mode == "auto")
 
 
 # What a `loom build` pool preloads when a target emits through LLVM

@@ -36,3 +36,25 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ.setdefault("LOOM_CACHE_DIR", str(tmp_path_factory.mktemp("loom-cache")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_resident_server():
+    """Tests run loom in their own process unless they ask for a server
+    (LOOM_SERVER=off), and any server one of them starts (the CMake package
+    starts one: LOOM_SERVER=auto) lives in a private folder, never the
+    user's, and is stopped at the end."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    runtime = tempfile.mkdtemp(prefix="loom-rt-", dir="/tmp")  # short: a socket path has 108 bytes
+    os.environ["XDG_RUNTIME_DIR"] = runtime
+    os.environ["LOOM_SERVER"] = "off"
+    yield
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "loomcli", "server", "stop", "--all"], env=env, capture_output=True,
+                   timeout=120)
+    shutil.rmtree(runtime, ignore_errors=True)

@@ -122,3 +122,47 @@ def llvm_version_stamp() -> tuple[str, list[int]] | None:
     """(path, stamp) of the file `llvm_version` read; None if none or too recent."""
     _, path, stamp = _llvm()
     return (path, stamp) if path is not None and stamp is not None else None
+
+
+def _llvmlite_file() -> str | None:
+    """The `_version.py` of the first llvmlite on `sys.path`: one stat per
+    entry, where the import system's own search costs milliseconds (it
+    lists every folder). Plain packages only; another finder's llvmlite is
+    simply not named."""
+    import sys
+
+    for entry in sys.path:
+        path = os.path.join(entry or os.curdir, "llvmlite", "_version.py")
+        if os.path.isfile(path):
+            return os.path.abspath(path)
+    return None
+
+
+def server_key() -> str | None:
+    """The name of this loom build's resident server
+    (`loomcli.runtime.served`): loom's version and code (the stamps of
+    `code_stamps`, which change with any edit), the interpreter and the
+    flags that change what it does, and the llvmlite it would import. None
+    while loom's code or llvmlite changed too recently to be judged by
+    stamps: then no server is used (a changed loom never uses an old one)."""
+    import _blake2
+    import sys
+    import time
+
+    from loomcli import __version__
+
+    stamps = code_stamps()
+    llvm = _llvmlite_file()
+    try:
+        llvm_stamp = stat_stamp(os.stat(llvm), time.time_ns()) if llvm is not None else []
+    except OSError:
+        llvm_stamp = []
+    if stamps is None or llvm_stamp is None:
+        return None
+    flags = sys.flags
+    parts = ["loom-server-1", __version__, sys.executable, sys.version, _code_tree()[0][0], str(stamps), str(llvm),
+             str(llvm_stamp), sys.getfilesystemencoding(), sys.getfilesystemencodeerrors(),
+             str((flags.optimize, flags.utf8_mode, flags.dev_mode, flags.isolated, flags.ignore_environment,
+                  flags.no_site, flags.no_user_site, flags.bytes_warning, flags.int_max_str_digits)),
+             str(sorted(sys._xoptions.items()))]
+    return _blake2.blake2b("\0".join(parts).encode("utf-8", "surrogateescape"), digest_size=10).hexdigest()

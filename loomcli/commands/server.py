@@ -1,0 +1,273 @@
+"""`loom server start|status|stop|run`: the resident compile service (TOOLCHAIN.md section 12).
+
+A server keeps a warm template of loom (`loomcli.runtime.template`) for
+every `loom` process of this user that a build system starts; those
+processes hand it their command line (`loomcli.runtime.served`) and it runs
+each in a child forked from the template (`loomcli.runtime.resident`).
+`run` is the server itself, in the foreground; `start` starts it in the
+background and returns once it serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from loomcli.driver import LoomError, UsageError
+
+# What a template imports and prepares besides every command's module: what
+# those commands import lazily once they run (each module missing here would
+# be imported again by every request).
+PRELOAD = (
+    "loomcli.service.compile",
+    "loomcli.service.session",
+    "loomcli.build.tasks",
+    "loomcli.build.engine",
+    "loomcli.build.project",
+    "loomcli.build.progress",
+    "loomcli.build.noop",
+    "loomcli.frontier.classify",
+    "loomcli.frontier.compiling",
+    "loomcli.frontier.loomcmd",
+    "loomcli.frontier.outputs",
+    "loomcli.frontier.prepare",
+    "loomcli.frontier.product",
+    "loomcli.check.cases",
+    "loomcli.check.interpreter",
+    "loomcli.check.launch",
+    "loomcli.check.session",
+    "loomcli.check.vulkan",
+    "loomcli.emit.llvm.codegen",
+    "loomcli.runtime.pool",
+    "loomcli.runtime.forkserver",
+    "tomllib",
+    "rich.console",
+    "rich.live",
+    "rich.progress",
+)
+
+
+def _settings(given: str | None = None, keyed: bool = True) -> tuple[str, str, int]:
+    """(folder, key, idle timeout) of this loom's server (the key "" unless
+    `keyed`); usage errors for bad settings."""
+    from loomcli.runtime import served
+    from loomcli.service.fingerprint import server_key
+
+    try:
+        idle = served.idle_timeout(os.environ, given)
+        served.mode(os.environ)
+    except served.BadSetting as e:
+        raise UsageError(str(e)) from None
+    key = server_key() if keyed else ""
+    if key is None:
+        raise LoomError("loom's code (or llvmlite) changed a moment ago; try again in two seconds", 3)
+    return served.folder(os.environ), key, idle
+
+
+def _status(place: str, key: str) -> dict[str, Any] | None:
+    from loomcli.runtime.resident import ask
+
+    answer = ask(place, key, b"status")
+    return answer[1] if answer is not None else None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def server() -> None:
+    """The resident compile service: warm compiles for every loom process of this user.
+
+    LOOM_SERVER=auto starts it on first use, LOOM_SERVER=off never uses it;
+    unset, a running server is used and none is started."""
+
+
+@server.command()
+@click.option("--idle-timeout", "idle", metavar="SECONDS",
+              help="Exit after this many seconds without a command (default: LOOM_SERVER_IDLE, else 600).")
+def start(idle: str | None) -> int:
+    """Start this loom's server in the background (exit 0 if it runs already)."""
+    from loomcli.runtime import served
+
+    place, key, timeout = _settings(idle)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if _status(place, key) is not None:
+            return 0
+        read, write = os.pipe()
+        try:
+            started = served.start(place, key, timeout, ready=write)
+        finally:
+            os.close(write)
+        with os.fdopen(read, "rb") as ready:
+            line = ready.read(4096).decode("utf-8", "replace").strip()
+        if started:
+            if line == "ready" or line.startswith("running"):
+                return 0
+            raise LoomError(f"the server did not start: {line or 'it ended without a word'}", 3)
+        if not served.private(place):
+            raise LoomError(f"{place}: not a private folder of this user (mode 0700, owned by uid {os.geteuid()}); "
+                            "the server will not use it", 3)
+        time.sleep(0.05)  # another loom is starting it: it answers in a moment
+    raise LoomError("the server did not answer within 120 s", 3)
+
+
+@server.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
+def status(as_json: bool) -> int:
+    """Say whether this loom's server runs (exit 0) or not (exit 1)."""
+    from loomcli import __version__
+    from loomcli.runtime import served
+    from loomcli.service.fingerprint import compiler_fingerprint
+
+    place, key, _ = _settings()
+    doc = _status(place, key) or {"running": False, "pid": None, "version": __version__,
+                                  "code_hash": compiler_fingerprint(), "uptime_s": None, "requests": 0,
+                                  "socket": served.socket_path(place, key)}
+    if as_json:
+        click.echo(json.dumps(doc, sort_keys=True))
+    elif doc["running"]:
+        click.echo(f"loom server: running, pid {doc['pid']}, loom {doc['version']} (code {doc['code_hash'][:12]}), "
+                   f"up {doc['uptime_s']:.0f} s, {doc['requests']} commands served, socket {doc['socket']}")
+    else:
+        click.echo(f"loom server: not running (socket {doc['socket']})")
+    return 0 if doc["running"] else 1
+
+
+@server.command()
+@click.option("--all", "every", is_flag=True, help="Stop every server of this user (any loom build).")
+def stop(every: bool) -> int:
+    """Stop this loom's server once its running commands end; wait until it has exited."""
+    from loomcli.runtime import served
+
+    place, key, _ = _settings(keyed=not every)
+    keys = [key]
+    if every:
+        keys = sorted(name[:-len(".sock")] for name in os.listdir(place) if name.endswith(".sock")) \
+            if served.private(place) else []
+    stopped = [pid for pid in (_stop(place, k) for k in keys) if pid is not None]
+    if not stopped:
+        click.echo("loom server: not running")
+    for pid in stopped:
+        click.echo(f"loom server: stopped (pid {pid})")
+    return 0
+
+
+def _stop(place: str, key: str) -> int | None:
+    """Stop the server of `key` and wait until its process has ended: its pid, None if none ran."""
+    from loomcli.runtime.resident import ask
+
+    doc = _status(place, key)
+    if doc is None:
+        return None
+    try:  # before the stop: once it has ended, its pid may be another's
+        pidfd: int | None = os.pidfd_open(int(doc["pid"]))
+    except OSError:
+        pidfd = None
+    answer = ask(place, key, b"stop")
+    if answer is None:
+        if pidfd is not None:
+            os.close(pidfd)
+        return None
+    sock = answer[0]
+    try:
+        while sock.recv(4096):  # the connection closes as the server ends
+            pass
+    except OSError:
+        pass
+    sock.close()
+    if pidfd is not None:
+        import select
+
+        select.select([pidfd], [], [])
+        os.close(pidfd)
+    return int(doc["pid"])
+
+
+@server.command()
+@click.option("--idle-timeout", "idle", metavar="SECONDS",
+              help="Exit after this many seconds without a command (default: LOOM_SERVER_IDLE, else 600).")
+@click.option("--lock-fd", type=int, hidden=True)
+@click.option("--ready-fd", type=int, hidden=True)
+def run(idle: str | None, lock_fd: int | None, ready_fd: int | None) -> int:
+    """Be this loom's server, in the foreground (Ctrl-C stops it)."""
+    import fcntl
+
+    from loomcli import __version__
+    from loomcli.runtime import resident, served, template
+    from loomcli.service.fingerprint import compiler_fingerprint, server_key
+
+    def report(line: str) -> None:
+        if ready_fd is not None:
+            try:
+                os.write(ready_fd, line.encode() + b"\n")
+            except OSError:
+                pass
+
+    try:
+        if not template.available():
+            raise LoomError("the resident server needs Linux (fork, pidfds, descriptor passing)", 3)
+        place, key, timeout = _settings(idle)
+        if lock_fd is not None:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours: handed over by the starter
+            lock: int | None = lock_fd
+        else:
+            lock = served.take_lock(place, key)
+        if lock is None:
+            doc = _status(place, key)
+            if doc is not None:
+                report(f"running {doc['pid']}")
+                click.echo(f"loom server: running already (pid {doc['pid']})", err=True)
+                return 0
+            raise LoomError(f"{place}: cannot take this loom's server lock", 3)
+        os.chdir("/")
+        group = click.get_current_context().find_root().command
+        prepare(group)
+        if server_key() != key:
+            raise LoomError("loom's code changed while the server started", 3)
+        describe = {"version": __version__, "code_hash": compiler_fingerprint()}
+        instance = resident.Server(place, key, describe, command_line(group), timeout, lock)
+        instance.listen()
+    except BaseException as e:
+        report(f"error: {e}")
+        raise
+    report("ready")
+    if ready_fd is not None:
+        os.close(ready_fd)
+    instance.serve()
+    return 0
+
+
+def command_line(group: Any) -> Callable[[list[str]], Any]:
+    """The ordinary command line of `group` (the root `loom` group), as a child runs it."""
+    from loomcli.driver import run_cli
+
+    def run(argv: list[str]) -> Any:
+        return run_cli(group, argv)
+
+    return run
+
+
+def prepare(group: Any) -> None:
+    """Make this process a warm template: every command of `group` and
+    everything in PRELOAD imported and prepared (what cannot be imported
+    here, llvmlite missing say, is left to the commands to report)."""
+    import importlib
+
+    from loomcli.runtime import template
+
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        group.get_command(ctx, name)
+    usable = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        usable.append(name)
+    template.prepare(usable)
+    sys.stdout.flush()

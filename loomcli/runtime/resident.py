@@ -1,0 +1,448 @@
+"""The resident compile server (TOOLCHAIN.md section 12): one process per
+user and loom build that keeps a warm template (`loomcli.runtime.template`)
+and runs each client's command line in a child forked from it.
+
+One thread, one `poll` loop over the listening socket, the connections and
+a pidfd per running child (`loomcli.runtime.served` describes where the
+socket lives and the protocol):
+- a connection is served only if its peer is this user (`SO_PEERCRED`);
+  its request is a list of byte tokens, checked, never code or pickled data;
+- `run` forks a child with the request's descriptors, folder, environment
+  and umask; the client's forwarded signals go to that child; when the
+  child ends, its status goes back; when the client goes away first (killed,
+  even by SIGKILL), the child is sent SIGTERM (loom's interrupt path:
+  tokens returned, nothing partial left) and SIGKILL after `GRACE` seconds;
+- `status` answers a JSON document; `stop` stops accepting at once,
+  lets the running commands finish, then removes the socket, the lock and
+  the folder (if nothing else is in it) and exits; the stopper's
+  connection closes as the process ends, so `loom server stop` waits for it;
+- after `idle` seconds without a client the server stops the same way.
+The lock (`served.take_lock`) is held for the process's whole life.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loomcli.runtime import served
+from loomcli.runtime.template import FORWARDED, Request, Stream, fork_request
+
+GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
+REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
+MAX_FDS = 16
+
+
+class Refused(ValueError):
+    """A request the server does not run (the client then runs it itself)."""
+
+
+@dataclass
+class Connection:
+    sock: socket.socket
+    opened: float
+    data: bytes = b""
+    fds: list[int] = field(default_factory=list)
+    pid: int | None = None         # the command's child, once forked
+    pidfd: int | None = None
+    stopper: bool = False          # a `stop` that waits for the end
+
+
+@dataclass
+class Orphan:
+    """A command whose client went away: it is SIGKILLed at `deadline` if still running."""
+
+    pid: int
+    pidfd: int
+    deadline: float
+
+
+class Server:
+    def __init__(self, place: str, key: str, describe: dict[str, Any], run: Callable[[list[str]], Any],
+                 idle: float, lock: int) -> None:
+        self.place = place
+        self.key = key
+        self.describe = describe  # version, code_hash: what `status` says besides the counters
+        self.run = run
+        self.idle = idle
+        self.lock = lock
+        self.path = served.socket_path(place, key)
+        self.started = time.monotonic()
+        self.requests = 0
+        self.listener: socket.socket | None = None
+        self.connections: dict[int, Connection] = {}   # by socket descriptor
+        self.children: dict[int, Connection] = {}      # by pidfd
+        self.orphans: dict[int, Orphan] = {}           # by pidfd
+        self.stopping = False
+        self.last = time.monotonic()
+        self.poller = select.poll()
+
+    # ------------------------------------------------------------ life
+
+    def listen(self) -> None:
+        """Bind the socket (one a dead server left is removed: we hold the lock)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        sock.listen(128)
+        sock.setblocking(False)
+        self.listener = sock
+        self.poller.register(sock, select.POLLIN)
+
+    def serve(self) -> None:
+        """Serve until stopped or idle; then clean up."""
+
+        def stop_now(signum: int, frame: object) -> None:
+            raise _Stop
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, stop_now)
+        try:
+            while not (self.stopping and not self.children):
+                try:
+                    events = self.poller.poll(self._timeout())
+                except _Stop:
+                    self._stop()
+                    continue
+                for fd, _ in events:
+                    self._ready(fd)
+                self._tick()
+        finally:
+            self._cleanup()
+
+    def _timeout(self) -> int:
+        now = time.monotonic()
+        deadlines = [o.deadline for o in self.orphans.values()]
+        deadlines += [c.opened + REQUEST_TIMEOUT for c in self.connections.values() if c.pid is None and not c.stopper]
+        if not self.connections and not self.children and not self.stopping:
+            deadlines.append(self.last + self.idle)
+        if not deadlines:
+            return -1
+        return max(0, int((min(deadlines) - now) * 1000) + 1)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for orphan in self.orphans.values():
+            if now >= orphan.deadline:
+                _signal(orphan.pidfd, signal.SIGKILL)
+                orphan.deadline = float("inf")
+        for conn in list(self.connections.values()):
+            if conn.pid is None and not conn.stopper and now >= conn.opened + REQUEST_TIMEOUT:
+                self._drop(conn)
+        if not self.connections and not self.children and now >= self.last + self.idle:
+            self._stop()
+
+    def _stop(self) -> None:
+        """Accept nothing more; the loop ends once the running commands have."""
+        self.stopping = True
+        if self.listener is not None:
+            self.poller.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        for conn in list(self.connections.values()):
+            if conn.pid is None and not conn.stopper:
+                self._refuse(conn)
+
+    def _cleanup(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        for pidfd in list(self.children) + list(self.orphans):  # only on an error of the loop itself
+            _signal(pidfd, signal.SIGKILL)
+        try:
+            os.unlink(served.lock_path(self.place, self.key))
+        except FileNotFoundError:
+            pass
+        try:
+            os.rmdir(self.place)
+        except OSError:  # another loom build's server lives there too
+            pass
+        # The lock and the stoppers' connections close as the process ends.
+
+    # ------------------------------------------------------------ events
+
+    def _ready(self, fd: int) -> None:
+        if self.listener is not None and fd == self.listener.fileno():
+            self._accept()
+        elif fd in self.children:
+            self._ended(self.children.pop(fd))
+        elif fd in self.orphans:
+            orphan = self.orphans.pop(fd)
+            self.poller.unregister(fd)
+            _reap(orphan.pid)
+            os.close(orphan.pidfd)
+        elif fd in self.connections:
+            self._readable(self.connections[fd])
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        uid = int.from_bytes(cred[4:8], sys.byteorder)
+        if uid != os.geteuid():  # only this user's commands; another's is closed unanswered
+            sock.close()
+            return
+        sock.setblocking(False)
+        self.last = time.monotonic()
+        self.connections[sock.fileno()] = Connection(sock, self.last)
+        self.poller.register(sock, select.POLLIN)
+
+    def _readable(self, conn: Connection) -> None:
+        try:
+            data, fds, flags, _ = socket.recv_fds(conn.sock, 1 << 16, MAX_FDS)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds, flags = b"", [], 0
+        if conn.pid is not None or conn.stopper:
+            for fd in fds:  # nothing more is passed once the request is complete
+                os.close(fd)
+            if not data:
+                self._gone(conn)
+            else:
+                conn.data += data
+                self._signals(conn)
+            return
+        if conn.data and fds:  # descriptors come with the request's first bytes only
+            for fd in fds:
+                os.close(fd)
+            fds = []
+            flags |= socket.MSG_CTRUNC
+        conn.fds += fds
+        conn.data += data
+        if not data or flags & socket.MSG_CTRUNC or len(conn.data) > 4 + served.MAX_REQUEST:
+            self._drop(conn)
+            return
+        if len(conn.data) < 4:
+            return
+        size = int.from_bytes(conn.data[:4], "little")
+        if size > served.MAX_REQUEST:
+            self._drop(conn)
+            return
+        if len(conn.data) < 4 + size:
+            return
+        body, conn.data = conn.data[4:4 + size], conn.data[4 + size:]
+        try:
+            self._request(conn, body.split(b"\0"))
+        except Refused:
+            self._refuse(conn)
+
+    def _request(self, conn: Connection, tokens: list[bytes]) -> None:
+        if len(tokens) < 3 or tokens[0] != served.MAGIC or tokens[1] != self.key.encode():
+            raise Refused("not a request for this server")
+        op = tokens[2]
+        if op == b"status":
+            self._send(conn, self.status())
+            self._drop(conn)
+        elif op == b"stop":
+            conn.stopper = True
+            self._close_fds(conn)
+            self._stop()
+        elif op == b"run" and not self.stopping:
+            request = parse_run(tokens[3:], conn.fds)
+            self.last = time.monotonic()
+            try:
+                pid = fork_request(request, self.run)
+            except OSError as e:
+                raise Refused(f"cannot fork: {e}") from None
+            finally:
+                self._close_fds(conn)
+            conn.pid = pid
+            conn.pidfd = os.pidfd_open(pid)
+            self.children[conn.pidfd] = conn
+            self.poller.register(conn.pidfd, select.POLLIN)
+            self.requests += 1
+            conn.sock.sendall(served.frame(b"A", 0))
+            self._signals(conn)
+        else:
+            raise Refused("unknown or untimely operation")
+
+    def _signals(self, conn: Connection) -> None:
+        """Forward the client's signal frames to its command."""
+        while len(conn.data) >= served.FRAME:
+            kind, value = conn.data[:1], int.from_bytes(conn.data[1:served.FRAME], "little", signed=True)
+            conn.data = conn.data[served.FRAME:]
+            if kind == b"S" and value in FORWARDED and conn.pidfd is not None:
+                _signal(conn.pidfd, value)
+
+    def _ended(self, conn: Connection) -> None:
+        """The command's child has ended: its status goes to the client."""
+        assert conn.pid is not None and conn.pidfd is not None
+        self.poller.unregister(conn.pidfd)
+        code = _reap(conn.pid)
+        os.close(conn.pidfd)
+        conn.pidfd = None
+        reply = served.frame(b"X", code) if code >= 0 else served.frame(b"K", -code)
+        try:
+            conn.sock.setblocking(True)
+            conn.sock.sendall(reply)
+        except OSError:
+            pass
+        self._drop(conn)
+        self.last = time.monotonic()
+
+    def _gone(self, conn: Connection) -> None:
+        """The client went away: its command is ended (see the module docstring)."""
+        if conn.pidfd is not None:
+            self.children.pop(conn.pidfd, None)
+            _signal(conn.pidfd, signal.SIGTERM)
+            assert conn.pid is not None
+            self.orphans[conn.pidfd] = Orphan(conn.pid, conn.pidfd, time.monotonic() + GRACE)
+            conn.pidfd = None
+        self._drop(conn)
+
+    # ------------------------------------------------------------ replies
+
+    def status(self) -> dict[str, Any]:
+        return {"running": True, "pid": os.getpid(), **self.describe,
+                "uptime_s": round(time.monotonic() - self.started, 3), "requests": self.requests,
+                "socket": self.path}
+
+    def _send(self, conn: Connection, document: dict[str, Any]) -> None:
+        data = json.dumps(document, sort_keys=True).encode()
+        try:
+            conn.sock.setblocking(True)
+            conn.sock.sendall(served.frame(b"J", len(data)) + data)
+        except OSError:
+            pass
+
+    def _refuse(self, conn: Connection) -> None:
+        try:
+            conn.sock.send(served.frame(b"R", 0))
+        except OSError:
+            pass
+        self._drop(conn)
+
+    def _close_fds(self, conn: Connection) -> None:
+        for fd in conn.fds:
+            os.close(fd)
+        conn.fds = []
+
+    def _drop(self, conn: Connection) -> None:
+        """Forget the connection (its command, if any, is tracked by its pidfd)."""
+        self._close_fds(conn)
+        if self.connections.pop(conn.sock.fileno(), None) is not None:
+            self.poller.unregister(conn.sock)
+        conn.sock.close()
+
+
+class _Stop(Exception):
+    """SIGTERM, SIGINT or SIGHUP: stop as `loom server stop` would."""
+
+
+def _signal(pidfd: int, signum: int) -> None:
+    """Signal the child of `pidfd` (never another process, even if its pid was reused)."""
+    try:
+        signal.pidfd_send_signal(pidfd, signum)
+    except OSError:  # it has ended already
+        pass
+
+
+def _reap(pid: int) -> int:
+    """Reap the ended child: its exit code, or minus the signal that killed it."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return -signal.SIGKILL
+    return os.waitstatus_to_exitcode(status)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def parse_run(tokens: list[bytes], fds: list[int]) -> Request:
+    """A `run` request's tokens (after the operation) and descriptors as a
+    `Request` (see `served.serve`, which writes them); `Refused` if malformed."""
+    rest = iter(tokens)
+
+    def take(n: int) -> list[bytes]:
+        return [next(rest) for _ in range(n)]
+
+    def count() -> int:
+        n = int(next(rest))
+        if not 0 <= n <= len(tokens):
+            raise ValueError(n)
+        return n
+
+    try:
+        umask = int(next(rest))
+        streams: list[Stream | None] = []
+        for _ in range(3):
+            encoding, errors, line, through = (t.decode("ascii") for t in take(4))
+            streams.append(Stream(encoding, errors, line == "1", through == "1") if encoding else None)
+        extra = [int(t) for t in take(count())]
+        argv = tuple(os.fsdecode(t) for t in take(count()))
+        env_items = take(count())
+        if next(rest, None) is not None:
+            raise ValueError("trailing tokens")
+    except (StopIteration, ValueError, UnicodeError):
+        raise Refused("malformed request") from None
+    environ: dict[bytes, bytes] = {}
+    for item in env_items:
+        name, eq, value = item.partition(b"=")
+        if eq and name:
+            environ[name] = value
+    numbers = [n for n, s in enumerate(streams) if s is not None] + extra
+    if len(fds) != 1 + len(numbers) or len(set(numbers)) != len(numbers) or not 0 <= umask <= 0o777 \
+            or any(n < 3 for n in extra):
+        raise Refused("the descriptors do not match the request")
+    return Request(argv, environ, umask, fds[0], dict(zip(numbers, fds[1:])),
+                   (streams[0], streams[1], streams[2]))
+
+
+# ---------------------------------------------------------------- asking a server
+
+
+def ask(place: str, key: str, op: bytes) -> tuple[socket.socket, dict[str, Any] | None] | None:
+    """Send `op` ("status" or "stop") to the server of `key`: the connection
+    and, for status, its answer; None if no server answers."""
+    raw = served.connect(place, key)
+    if raw is None:
+        return None
+    sock = socket.socket(fileno=raw.detach())  # type: ignore[attr-defined]
+    try:
+        served.send_request(sock, [served.MAGIC, key.encode(), op])
+        if op != b"status":
+            return sock, None
+        reply = served.read_frame(sock)
+        if reply is None or reply[0] != b"J":
+            sock.close()
+            return None
+        data = b""
+        while len(data) < reply[1]:
+            chunk = sock.recv(reply[1] - len(data))
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+        return sock, json.loads(data)
+    except (OSError, ValueError):
+        sock.close()
+        return None
