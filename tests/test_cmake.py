@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,15 +136,41 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
     assert stamps(build) == first
     assert sorted(traces.glob("loom-*.trace.json")) == fresh_traces  # no loom ran
 
+    # The package runs its commands with LOOM_SERVER=auto: the first one started this user's
+    # server (in the tests' private runtime folder), which serves every loom once it is up.
+    def served() -> int:
+        doc = json.loads(subprocess.run(["loom", "server", "status", "--json"], capture_output=True, text=True,
+                                        env=env).stdout)
+        return doc["requests"] if doc["running"] else -1
+
+    deadline = time.monotonic() + 120
+    while served() < 0:
+        assert time.monotonic() < deadline, "the server the build started never answered"
+        time.sleep(0.05)
+    before = served()
+
     # Touching the library reruns every set that uses it, and only those.
     library = source / "lib" / "common.loom"
     os.utime(library)  # touch
     run(build_cmd, tmp_path, env)
     after = stamps(build)
     assert rerun_sets(first, after) == {"common", "scale", "offset"}
+    assert served() - before == 6  # the library's link, scale's merge, and two compiles of scale and of offset
 
     # Touching one set's own source reruns that set only (offset.loom is in `scale` and `offset`).
     saxpy = source / "kernels" / "saxpy.loom"
     os.utime(saxpy)
     run(build_cmd, tmp_path, env)
     assert rerun_sets(after, stamps(build)) == {"saxpy"}
+
+
+@pytest.mark.parametrize("use_server", ["ON", "OFF"])
+def test_loom_use_server_says_how_commands_run(use_server: str, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(ROOT / "cmake" / "examples", source)
+    build = tmp_path / "build"
+    run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", f"-DLoom_DIR={loom_dir()}",
+         f"-DLOOM_USE_SERVER={use_server}"], tmp_path, dict(os.environ))
+    commands = [line for line in (build / "build.ninja").read_text().splitlines() if " compile " in line]
+    assert len(commands) == COMPILE_COMMANDS
+    assert all(("LOOM_SERVER=auto" in line) == (use_server == "ON") for line in commands)

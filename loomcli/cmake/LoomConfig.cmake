@@ -11,7 +11,8 @@
 # The loom that runs: LOOM_EXECUTABLE (a cache variable) if set, else $ENV{LOOM_BIN}, else
 # `loom` on PATH. Each command is an add_custom_command with loom's own gcc-style depfile
 # (so libraries and config files it read are dependencies) and, from CMake 3.28,
-# JOB_SERVER_AWARE so that under `make -jN` loom shares make's job tokens.
+# JOB_SERVER_AWARE so that under `make -jN` loom shares make's job tokens. Unless
+# LOOM_USE_SERVER is OFF, each command runs with LOOM_SERVER=auto (see below).
 
 if(CMAKE_VERSION VERSION_LESS 3.20)
   message(FATAL_ERROR "Loom's CMake package needs CMake 3.20 or newer (add_custom_command DEPFILE); this is ${CMAKE_VERSION}")
@@ -34,6 +35,21 @@ endif()
 if(NOT TARGET Loom::loom)
   add_executable(Loom::loom IMPORTED GLOBAL)
   set_target_properties(Loom::loom PROPERTIES IMPORTED_LOCATION "${LOOM_EXECUTABLE}")
+endif()
+
+# Each command runs with LOOM_SERVER=auto: the first starts this user's resident loom server
+# (`loom server`, docs/cmake.md), every later one hands its work to it instead of starting
+# Python and LLVM again. -DLOOM_USE_SERVER=OFF runs every command in its own process.
+option(LOOM_USE_SERVER "Run loom's commands through its resident server (LOOM_SERVER=auto)" ON)
+set(_LOOM_COMMAND Loom::loom)
+if(LOOM_USE_SERVER AND UNIX)
+  find_program(LOOM_ENV_EXECUTABLE NAMES env DOC "env(1), to set LOOM_SERVER for loom's commands")
+  mark_as_advanced(LOOM_ENV_EXECUTABLE)
+  if(LOOM_ENV_EXECUTABLE)  # a millisecond, where `cmake -E env` takes ten
+    set(_LOOM_COMMAND "${LOOM_ENV_EXECUTABLE}" LOOM_SERVER=auto "$<TARGET_FILE:Loom::loom>")
+  else()
+    set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env LOOM_SERVER=auto "$<TARGET_FILE:Loom::loom>")
+  endif()
 endif()
 
 # CMake 3.28 marks such recipes for make's jobserver (`+`); older versions simply run them serially.
@@ -103,7 +119,7 @@ function(loom_add_library name)
   list(TRANSFORM lib_files PREPEND "--library=")
   add_custom_command(
     OUTPUT "${output}"
-    COMMAND Loom::loom link ${sources} ${lib_files} --mode merge -o "${output}"
+    COMMAND ${_LOOM_COMMAND} link ${sources} ${lib_files} --mode merge -o "${output}"
     DEPENDS ${sources} ${lib_depends}
     COMMENT "Linking Loom library ${name}"
     ${_LOOM_JOB_SERVER}
@@ -152,7 +168,7 @@ function(loom_add_kernels name)
     file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}")
     add_custom_command(
       OUTPUT "${module}"
-      COMMAND Loom::loom link ${sources} ${lib_files} --mode merge -o "${module}"
+      COMMAND ${_LOOM_COMMAND} link ${sources} ${lib_files} --mode merge -o "${module}"
       DEPENDS ${sources} ${lib_depends}
       COMMENT "Linking Loom sources of ${name}"
       ${_LOOM_JOB_SERVER}
@@ -176,7 +192,7 @@ function(loom_add_kernels name)
     set(stem "${dir}/${name}.${tag}")
     add_custom_command(
       OUTPUT "${stem}.${ext}" "${stem}.launch.loombc" "${stem}.manifest.json"
-      COMMAND Loom::loom compile "${module}" --target "${target}" -o "${stem}.${ext}"
+      COMMAND ${_LOOM_COMMAND} compile "${module}" --target "${target}" -o "${stem}.${ext}"
               "--emit-launch-config=${stem}.launch.loombc" "--manifest=${stem}.manifest.json"
               ${lib_files} ${options} -MD -MF "${stem}.d"
       DEPENDS ${module_depends}
