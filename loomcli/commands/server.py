@@ -21,36 +21,9 @@ import click
 
 from loomcli.driver import LoomError, UsageError
 
-# What a template imports and prepares besides every command's module: what
-# those commands import lazily once they run (each module missing here would
-# be imported again by every request).
-PRELOAD = (
-    "loomcli.service.compile",
-    "loomcli.service.session",
-    "loomcli.build.tasks",
-    "loomcli.build.engine",
-    "loomcli.build.project",
-    "loomcli.build.progress",
-    "loomcli.build.noop",
-    "loomcli.frontier.classify",
-    "loomcli.frontier.compiling",
-    "loomcli.frontier.loomcmd",
-    "loomcli.frontier.outputs",
-    "loomcli.frontier.prepare",
-    "loomcli.frontier.product",
-    "loomcli.check.cases",
-    "loomcli.check.interpreter",
-    "loomcli.check.launch",
-    "loomcli.check.session",
-    "loomcli.check.vulkan",
-    "loomcli.emit.llvm.codegen",
-    "loomcli.runtime.pool",
-    "loomcli.runtime.forkserver",
-    "tomllib",
-    "rich.console",
-    "rich.live",
-    "rich.progress",
-)
+# What a template imports besides every module of loom (each one missing would be imported
+# again by every request that needs it): what the commands load lazily from elsewhere.
+PRELOAD = ("tomllib", "rich.console", "rich.live", "rich.progress", "rich.table")
 
 
 def _settings(given: str | None = None, keyed: bool = True) -> tuple[str, str, int]:
@@ -252,18 +225,23 @@ def command_line(group: Any) -> Callable[[list[str]], Any]:
 
 
 def prepare(group: Any) -> None:
-    """Make this process a warm template: every command of `group` and
-    everything in PRELOAD imported and prepared (what cannot be imported
-    here, llvmlite missing say, is left to the commands to report)."""
+    """Make this process a warm template: every command of `group`, every
+    module of loom and PRELOAD imported, and those with a `warm()` prepared
+    (what cannot be imported here, llvmlite missing say, is left to the
+    commands to report)."""
     import importlib
+    import pkgutil
 
+    import loomcli
     from loomcli.runtime import template
 
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         group.get_command(ctx, name)
+    names = [info.name for info in pkgutil.walk_packages(loomcli.__path__, "loomcli.")
+             if not info.name.endswith("__main__")]
     usable = []
-    for name in PRELOAD:
+    for name in [*sorted(names), *PRELOAD]:
         try:
             importlib.import_module(name)
         except ImportError:
