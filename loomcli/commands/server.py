@@ -22,8 +22,9 @@ import click
 from loomcli.driver import LoomError, UsageError
 
 # What a template imports besides every module of loom (each one missing would be imported
-# again by every request that needs it): what the commands load lazily from elsewhere.
-PRELOAD = ("tomllib", "rich.console", "rich.live", "rich.progress", "rich.table")
+# again by every request that needs it): what the commands load lazily from elsewhere
+# (difflib: click's parser builds a NoSuchOption, with close matches, for every short option).
+PRELOAD = ("tomllib", "difflib", "rich.console", "rich.live", "rich.progress", "rich.table")
 
 
 def _settings(given: str | None = None, keyed: bool = True) -> tuple[str, str, int]:

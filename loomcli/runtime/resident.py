@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.runtime import served
-from loomcli.runtime.template import FORWARDED, Request, Stream, fork_request
+from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare
 
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
@@ -81,6 +81,7 @@ class Server:
         self.connections: dict[int, Connection] = {}   # by socket descriptor
         self.children: dict[int, Connection] = {}      # by pidfd
         self.orphans: dict[int, Orphan] = {}           # by pidfd
+        self.spare: Spare | None = None               # the next request's child, forked ahead
         self.stopping = False
         self.last = time.monotonic()
         self.poller = select.poll()
@@ -103,6 +104,7 @@ class Server:
         sock.setblocking(False)
         self.listener = sock
         self.poller.register(sock, select.POLLIN)
+        self._refill()
 
     def serve(self) -> None:
         """Serve until stopped or idle; then clean up."""
@@ -150,6 +152,7 @@ class Server:
     def _stop(self) -> None:
         """Accept nothing more; the loop ends once the running commands have."""
         self.stopping = True
+        self._drop_spare()
         if self.listener is not None:
             self.poller.unregister(self.listener)
             self.listener.close()
@@ -163,6 +166,7 @@ class Server:
                 self._refuse(conn)
 
     def _cleanup(self) -> None:
+        self._drop_spare()
         if self.listener is not None:
             self.listener.close()
             try:
@@ -186,6 +190,8 @@ class Server:
     def _ready(self, fd: int) -> None:
         if self.listener is not None and fd == self.listener.fileno():
             self._accept()
+        elif self.spare is not None and fd == self.spare.pidfd:  # the spare died (killed by someone)
+            self._drop_spare()
         elif fd in self.children:
             self._ended(self.children.pop(fd))
         elif fd in self.orphans:
@@ -269,20 +275,55 @@ class Server:
             request = parse_run(tokens[3:], conn.fds)
             self.last = time.monotonic()
             try:
-                pid = fork_request(request, self.run)
+                conn.pid, conn.pidfd = self._start(request, tokens, conn.fds)
             except OSError as e:
                 raise Refused(f"cannot fork: {e}") from None
             finally:
                 self._close_fds(conn)
-            conn.pid = pid
-            conn.pidfd = os.pidfd_open(pid)
             self.children[conn.pidfd] = conn
             self.poller.register(conn.pidfd, select.POLLIN)
             self.requests += 1
             conn.sock.sendall(served.frame(b"A", 0))
             self._signals(conn)
+            self._refill()
         else:
             raise Refused("unknown or untimely operation")
+
+    def _start(self, request: Request, tokens: list[bytes], fds: list[int]) -> tuple[int, int]:
+        """The child of `request`: the spare, handed the request as received, else a new fork."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.poller.unregister(spare.pidfd)
+            try:
+                served.send_request(spare.control, tokens, fds)
+                spare.control.close()
+                return spare.pid, spare.pidfd
+            except OSError:  # it died meanwhile
+                self._end_spare(spare)
+        pid = fork_request(request, self.run)
+        return pid, os.pidfd_open(pid)
+
+    def _refill(self) -> None:
+        """Fork the next request's child now, while nobody waits for it."""
+        if self.spare is None and not self.stopping:
+            try:
+                self.spare = fork_spare(receive, self.run)
+            except OSError:  # out of processes or memory: the next request forks its own
+                return
+            self.poller.register(self.spare.pidfd, select.POLLIN)
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.poller.unregister(spare.pidfd)
+            self._end_spare(spare)
+
+    @staticmethod
+    def _end_spare(spare: Spare) -> None:
+        spare.control.close()  # it ends on its own; SIGKILL spares it the wait
+        _signal(spare.pidfd, signal.SIGKILL)
+        _reap(spare.pid)
+        os.close(spare.pidfd)
 
     def _signals(self, conn: Connection) -> None:
         """Forward the client's signal frames to its command."""
@@ -415,6 +456,20 @@ def parse_run(tokens: list[bytes], fds: list[int]) -> Request:
         raise Refused("the descriptors do not match the request")
     return Request(argv, environ, umask, fds[0], dict(zip(numbers, fds[1:])),
                    (streams[0], streams[1], streams[2]))
+
+
+def receive(control: socket.socket) -> Request:
+    """In a spare: the request the server hands over (its tokens, framed as
+    a client sends them, and its descriptors); the server letting go of the
+    spare (the control socket closing) ends the process."""
+    data, fds, _, _ = socket.recv_fds(control, 1 << 16, MAX_FDS)
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "little"):
+        chunk = control.recv(1 << 20) if data else b""
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    size = int.from_bytes(data[:4], "little")
+    return parse_run(data[4:4 + size].split(b"\0")[3:], fds)
 
 
 # ---------------------------------------------------------------- asking a server

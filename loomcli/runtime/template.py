@@ -35,6 +35,7 @@ import importlib
 import io
 import os
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -98,12 +99,50 @@ def prepare(preload: Sequence[str]) -> None:
     gc.freeze()
 
 
-def fork_request(request: Request, run: Callable[[list[str]], Any], close: Sequence[int] = ()) -> int:
+def fork_request(request: Request, run: Callable[[list[str]], Any]) -> int:
     """Fork a child that runs `run(argv)` as `request` says and then ends
     with `run`'s exit status (see `end`); return its pid. The template keeps
-    no descriptor of the request: the caller closes those it received.
-    `close`: descriptors of the caller's own the child must not keep open
-    past its start (all but the request's are closed anyway)."""
+    no descriptor of the request: the caller closes those it received."""
+    return _fork(lambda: request, run)
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A child forked before its request: it waits in `receive` on its end of
+    `control` while the template serves, so a request handed to it (over
+    `control`) starts without waiting for a fork of the whole template."""
+
+    pid: int
+    pidfd: int
+    control: socket.socket
+
+
+def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[str]], Any]) -> Spare:
+    """A `Spare` that takes its request from `receive(control)` (which may
+    end the process if the template lets go of it) and runs it as
+    `fork_request`'s child would. It keeps no descriptor of the template's
+    but its end of the control socket: it holds no lock, no client and no
+    listening socket while it waits."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def request() -> Request:
+        ours.detach()  # closed below, with everything else of the template's
+        gc.disable()  # nothing of the template's is finalized while its descriptors are gone
+        spawn.close_all_but({theirs.fileno()})
+        try:
+            return receive(theirs)
+        finally:
+            theirs.close()
+            gc.enable()
+
+    try:
+        pid = _fork(request, run)
+    finally:
+        theirs.close()
+    return Spare(pid, os.pidfd_open(pid), ours)
+
+
+def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> int:
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         if stream is not None:
             try:
@@ -117,9 +156,10 @@ def fork_request(request: Request, run: Callable[[list[str]], Any], close: Seque
         return pid
     code: object = 3
     try:
-        _become(request, old)
+        taken = request()
+        _become(taken, old)
         try:
-            code = run(list(request.argv))
+            code = run(list(taken.argv))
         except SystemExit as e:
             code = e.code
     except BaseException:  # a bug of the child's own start: its request's exit 3, never the template's

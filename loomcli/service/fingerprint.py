@@ -5,7 +5,28 @@ no-op `loom build` can compute its keys without loading the compiler."""
 from __future__ import annotations
 
 import os
-from functools import cache
+
+TYPE_CHECKING = False  # functools and typing cost the resident server's client more than its whole check
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
+def once(compute: Callable[[], T]) -> Callable[[], T]:
+    """`compute()`, computed on the first call only (`functools.cache` for a
+    function of no arguments, without importing functools)."""
+    memo: list[T] = []
+
+    def value() -> T:
+        if not memo:
+            memo.append(compute())
+        return memo[0]
+
+    value.__doc__ = compute.__doc__
+    value.__name__ = compute.__name__
+    return value
+
 
 # Stat data is trusted as a stand-in for content only when the file was last
 # changed (mtime and ctime) at least this long before it was recorded: a
@@ -26,7 +47,7 @@ def stat_stamp(st: os.stat_result, now_ns: int) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-@cache
+@once
 def _code_tree() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """loom's code: (absolute path of every folder, and (`/`-separated path
     under loomcli/, absolute path) of every .py file), each sorted."""
@@ -46,7 +67,7 @@ def _code_files() -> tuple[tuple[str, str], ...]:
     return _code_tree()[1]
 
 
-@cache
+@once
 def compiler_fingerprint() -> str:
     """A hash of loom's own compiler code (every .py under loomcli/), so a
     changed compiler never reuses an old entry."""
@@ -91,7 +112,7 @@ def compiler_stamp(stamps: list[tuple[str, list[int]]] | None) -> str | None:
     return h.hexdigest()
 
 
-@cache
+@once
 def _llvm() -> tuple[str, str | None, list[int] | None]:
     """(version digest, path of llvmlite's `_version.py`, its `stat_stamp`
     taken before it was read)."""
@@ -116,6 +137,13 @@ def llvm_version() -> str:
     """The llvmlite (and so LLVM) version, read from its `_version.py`
     without importing llvmlite or `importlib.metadata` (both slow to load)."""
     return _llvm()[0]
+
+
+def warm() -> None:
+    """A warm template's start (`loomcli.runtime.template`): the digests every
+    compile's cache key reads, computed once for all its children."""
+    compiler_fingerprint()
+    llvm_version()
 
 
 def llvm_version_stamp() -> tuple[str, list[int]] | None:

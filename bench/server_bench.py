@@ -1,0 +1,188 @@
+"""The resident server's figures (issue: warm compiles inside CMake and make): paired medians, not a test.
+
+    python bench/server_bench.py [--repeat N] [--rows hsaco,spv,cmake,build]
+
+Each round runs every variant of a row once, in a rotating order, so a
+machine shared with other work slows all of them alike; the medians and
+their ratios are printed. `before` is loom in its own process
+(LOOM_SERVER=off), `after` is loom served by a warm server.
+  hsaco   one kernel -> .hsaco, the whole process   vs clang-19 -x cl (bench/saxpy.cl)
+  spv     one kernel -> .spv, the whole process     vs glslc (bench/saxpy.comp)
+  cmake   CMake + Ninja -j2, 100 loom_add_kernels sets of one kernel, cache off
+          vs the same kernels as add_custom_command + clang-19
+  build   loom build -j2 (and -j1) of the 200-kernel project, cold cache, vs make -j2 + clang-19
+loom runs through a console-script launcher, as an installed loom does;
+the anchors come from scripts/install-bench-deps.sh. Bytecode is cached
+(PYTHONDONTWRITEBYTECODE unset), as in a user's install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.build_bench import LIBRARY, LIBRARY_CL, generate, kernel_text
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+CLANG = ["clang-19", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-O3",
+         "-nogpulib"]
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, argv[:5]))} ... failed: {r.stderr.decode()[-1500:]}")
+    return dt
+
+
+def paired(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Median seconds of each variant over `rounds` rounds, the order rotating each round."""
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(variants[n]())
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def report(title: str, med: dict[str, float], anchor: str) -> None:
+    print(f"\n{title}")
+    for name, t in med.items():
+        ratio = f"{t / med[anchor]:6.2f}x {anchor}" if name != anchor else ""
+        print(f"  {name:28s} {t * 1e3:9.1f} ms  {ratio}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--rows", default="hsaco,spv,cmake,build")
+    ap.add_argument("--python", default=sys.executable,
+                    help="The interpreter loom runs on (a venv without this machine's site hooks, say).")
+    args = ap.parse_args()
+    rows = set(args.rows.split(","))
+    import compileall
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(str(ROOT / "loomcli"), quiet=1)
+    for tool in ("clang-19", "glslc", "cmake", "ninja"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is missing: scripts/install-bench-deps.sh installs it")
+    with tempfile.TemporaryDirectory(prefix="lsb-", dir="/tmp") as tmp:
+        folder = Path(tmp)
+        runtime = folder / "rt"
+        runtime.mkdir(mode=0o700)
+        launcher = folder / "loom"
+        launcher.write_text(f"#!{args.python}\nfrom loomcli.entry import main\nmain()\n")
+        launcher.chmod(0o755)
+        base = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "LOOM_SERVER")}
+        base.update(PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=str(runtime), LOOM_CACHE="0")
+        off = dict(base, LOOM_SERVER="off")
+        on = dict(base)
+        subprocess.run([str(launcher), "server", "start"], env=on, check=True)
+        try:
+            loom = str(launcher)
+            if "hsaco" in rows or "spv" in rows:
+                saxpy = str(ROOT / "samples" / "saxpy.loom")
+                py = paired({"python -c pass": lambda: run([args.python, "-c", "pass"], folder, off)}, args.repeat)
+                print(f"{args.python} -c pass: {py['python -c pass'] * 1e3:.1f} ms (the interpreter's floor here)")
+            if "hsaco" in rows:
+                hs = [loom, "compile", saxpy, "--target", "amdgpu:gfx1100", "-o", "s.hsaco"]
+                med = paired({"clang-19": lambda: run([*CLANG, str(BENCH / "saxpy.cl"), "-o", "c.hsaco"], folder, off),
+                              "loom before (own process)": lambda: run(hs, folder, off),
+                              "loom after (warm server)": lambda: run(hs, folder, on)}, args.repeat)
+                report("one kernel -> .hsaco, whole process", med, "clang-19")
+            if "spv" in rows:
+                sp = [loom, "compile", saxpy, "--target", "spirv:vulkan1.3", "-o", "s.spv"]
+                med = paired({"glslc": lambda: run(["glslc", "--target-env=vulkan1.3", str(BENCH / "saxpy.comp"),
+                                                    "-o", "g.spv"], folder, off),
+                              "loom before (own process)": lambda: run(sp, folder, off),
+                              "loom after (warm server)": lambda: run(sp, folder, on)}, args.repeat)
+                report("one kernel -> .spv, whole process", med, "glslc")
+            if "cmake" in rows:
+                cmake_row(folder, loom, on, off, args.repeat)
+            if "build" in rows:
+                build_row(folder, loom, on, off, args.repeat)
+        finally:
+            subprocess.run([str(launcher), "server", "stop", "--all"], env=on, stdout=subprocess.DEVNULL)
+
+
+def cmake_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], rounds: int) -> None:
+    src = folder / "cmake-src"
+    src.mkdir()
+    (src / "mix.loom").write_text(LIBRARY)
+    (src / "mix.h").write_text(LIBRARY_CL)
+    loom_lists = ["cmake_minimum_required(VERSION 3.20)\nproject(bench NONE)\nfind_package(Loom REQUIRED)\n"]
+    clang_lists = ["cmake_minimum_required(VERSION 3.20)\nproject(bench NONE)\nset(outs)\n"]
+    for i in range(100):
+        lt, ct = kernel_text(i)
+        (src / f"k{i}.loom").write_text(lt)
+        (src / f"k{i}.cl").write_text(ct)
+        loom_lists.append(f"loom_add_kernels(k{i} SOURCES ../k{i}.loom TARGETS amdgpu:gfx1100 "
+                          "LIBRARIES ../mix.loom OUTPUT_DIR kernels)\n")
+        clang_lists.append(f"add_custom_command(OUTPUT k{i}.hsaco COMMAND {' '.join(CLANG)} "
+                           f"${{CMAKE_SOURCE_DIR}}/../k{i}.cl -o k{i}.hsaco "
+                           f"DEPENDS ../k{i}.cl ../mix.h VERBATIM)\nlist(APPEND outs k{i}.hsaco)\n")
+    clang_lists.append("add_custom_target(all_kernels ALL DEPENDS ${outs})\n")
+    for sub, lists in (("loom", loom_lists), ("clang", clang_lists)):
+        (src / sub).mkdir()
+        (src / sub / "CMakeLists.txt").write_text("".join(lists))
+    cmake_dir = str(ROOT / "loomcli" / "cmake")
+    builds = {}
+    for name, sub, extra in (("clang", "clang", []), ("before", "loom", ["-DLOOM_USE_SERVER=OFF"]),
+                             ("after", "loom", ["-DLOOM_USE_SERVER=ON"])):
+        b = folder / f"cmake-{name}"
+        subprocess.run(["cmake", "-S", str(src / sub), "-B", str(b), "-G", "Ninja", f"-DLoom_DIR={cmake_dir}",
+                        f"-DLOOM_EXECUTABLE={loom}", *extra], env=off, check=True, stdout=subprocess.DEVNULL)
+        builds[name] = b
+
+    def build(name: str, env: dict[str, str]) -> Callable[[], float]:
+        def go() -> float:
+            subprocess.run(["cmake", "--build", str(builds[name]), "--target", "clean"], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            return run(["cmake", "--build", str(builds[name]), "-j2"], folder, env)
+        return go
+
+    med = paired({"clang-19 (add_custom_command)": build("clang", off), "loom before (own processes)":
+                  build("before", off), "loom after (warm server)": build("after", on)}, rounds)
+    report("CMake + Ninja -j2, 100 sets of one kernel, cache off", med, "clang-19 (add_custom_command)")
+
+
+def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], rounds: int) -> None:
+    project, cl = generate(folder / "gen", 200, 50)
+    out = project / "build"
+
+    def loom_build(jobs: int, env: dict[str, str]) -> Callable[[], float]:
+        def go() -> float:
+            shutil.rmtree(out, ignore_errors=True)
+            return run([loom, "build", "-q", "-j", str(jobs), str(project)], folder, env)
+        return go
+
+    def make() -> float:
+        for f in cl.glob("*.hsaco"):
+            f.unlink()
+        return run(["make", "-j2", "-s"], cl, off)
+
+    med = paired({"make -j2 + clang-19": make, "loom build -j2 before": loom_build(2, off),
+                  "loom build -j2 after": loom_build(2, on), "loom build -j1 before": loom_build(1, off),
+                  "loom build -j1 after": loom_build(1, on)}, rounds)
+    report("200 kernels, cold, one target", med, "make -j2 + clang-19")
+    for when in ("before", "after"):
+        j1, j2 = med[f"loom build -j1 {when}"], med[f"loom build -j2 {when}"]
+        print(f"  {when}: make/loom -j2 {med['make -j2 + clang-19'] / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x")
+
+
+if __name__ == "__main__":
+    main()
