@@ -246,7 +246,9 @@ def test_a_terminal_stays_a_terminal(loom: Loom, tmp_path: Path) -> None:
     for mode in ("", "off"):
         work = workspace(tmp_path / (mode or "served"))
         primary, secondary = pty.openpty()
-        env = dict(loom.env, COLUMNS="100", TERM="xterm")
+        # CI, MAKEFLAGS and NO_COLOR each mean "not interactive" to loom and rich; a CI machine sets them.
+        env = {k: v for k, v in loom.env.items() if k not in ("CI", "MAKEFLAGS", "MFLAGS", "NO_COLOR")}
+        env.update(COLUMNS="100", TERM="xterm")
         if mode:
             env["LOOM_SERVER"] = mode
         proc = subprocess.Popen([sys.executable, "-m", "loomcli", "build", "../in/project", "--out-dir", "out"],
