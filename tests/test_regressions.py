@@ -20,7 +20,8 @@ DEVICES = ["interpreter", pytest.param("vulkan", marks=pytest.mark.skipif(
     VULKAN is not None, reason=f"no Vulkan device: {VULKAN}"))]
 
 # Files whose every case must pass on every device.
-RUNNABLE = ["config_in_predicate.loom", "nan_bitcasts.loom", "pow_overflow_sign.loom", "sign_ops_nan_payload.loom"]
+RUNNABLE = ["config_in_predicate.loom", "nan_bitcasts.loom", "pow_overflow_sign.loom", "reduce_negative_zero.loom",
+            "sign_ops_nan_payload.loom"]
 
 
 def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -496,6 +496,15 @@ class Lowerer(Builder):
         ty = self.typeof(v)
         if t is I1:
             return self.val(GROUP_BOOL[kind], ty, scope, GROUP_REDUCE, v)
+        if kind == "addf":
+            # A sum is -0 exactly when every operand is -0, whatever the order; FAdd's
+            # identity is +0 in SPIR-V (and lavapipe's), which makes that sum +0: a vote fixes it.
+            m.capability(Cap.GroupNonUniformVote)
+            bits = fm.cbits(t)
+            r = self.val(Op.GroupNonUniformFAdd, ty, scope, GROUP_REDUCE, v)
+            negative_zero = self.land(self.cmp(Op.FOrdEqual, v, m.fconst(bits, 0.0)), fm.signbit(self, bits, v))
+            every = self.val(Op.GroupNonUniformAll, self.bool_t, scope, negative_zero)
+            return self.select(every, m.fconst(bits, -0.0), r)
         if kind in GROUP_INT:
             return self.val(GROUP_INT[kind], ty, scope, GROUP_REDUCE, v)
         # minimumf maximumf minnumf maxnumf: FMin/FMax over NaN-free values, then fix
