@@ -181,9 +181,7 @@ class AtomicGen(Gen):
                 r = self.fresh("p")
                 e(f"{r} = view.load %priv_{t}[{j}] : view<{SLOTS}x{t}> -> {t}")
                 pool.append(V(r, t, not t.startswith("f")))
-        for j in range(RESULTS):
-            v = self.pick(pool[INPUTS:] or pool) or pool[-1]
-            e(f"view.store {self.bits64(v)}, %outv[%gid, {j}] : i64, view<{self.total}x{RESULTS}xi64>")
+        self.store_results(pool[INPUTS:] or pool, "%gid", self.total, RESULTS)
         return self.lines
 
 

@@ -362,9 +362,7 @@ class CollectiveGen(Gen):
         for _ in range(self.rng.randint(2, 6)):
             self.body(pool, 1, self.rng.randint(0, 4))
             self.step(pool)
-        for j in range(RESULTS):
-            v = self.pick(pool[INPUTS:] or pool) or pool[-1]
-            e(f"view.store {self.bits64(v)}, %outv[%gid, {j}] : i64, view<{self.total}x{RESULTS}xi64>")
+        self.store_results(pool[INPUTS:] or pool, "%gid", self.total, RESULTS)
         return self.lines
 
 

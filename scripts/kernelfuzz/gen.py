@@ -310,6 +310,13 @@ class Gen:
         self.emit(f"{wide} = scalar.extui {v.name} : {v.type} to i64")
         return wide
 
+    def store_results(self, pool: list[V], row: str, rows: int, count: int) -> None:
+        """Store `count` values picked from `pool` (their 64-bit patterns) in
+        `row` of the results view %outv<rows x count x i64>."""
+        for j in range(count):
+            v = self.pick(pool) or pool[-1]
+            self.emit(f"view.store {self.bits64(v)}, %outv[{row}, {j}] : i64, view<{rows}x{count}xi64>")
+
     # ---------------------------------------------------------------- control flow
 
     def block(self, pool: list[V], size: int) -> None:

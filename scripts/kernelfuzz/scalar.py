@@ -59,9 +59,7 @@ class ScalarGen(Gen):
         self.emit(f"{nb} = view.load %wgv[%nb] : view<{LANES}xi64> -> i64")
         pool.append(V(nb, "i64"))
         self.body(pool, 0, self.rng.randint(2, 8))
-        for j in range(RESULTS):
-            v = self.pick(pool[INPUTS + 1:] or pool) or pool[-1]
-            self.emit(f"view.store {self.bits64(v)}, %outv[%t, {j}] : i64, view<{LANES}x{RESULTS}xi64>")
+        self.store_results(pool[INPUTS + 1:] or pool, "%t", LANES, RESULTS)
         types = [self.approx(pool, j) for j in range(APPROX)]
         return self.lines, types
 

@@ -315,9 +315,7 @@ class VectorGen(Gen):
         for v in self.vectors[-self.rng.randint(1, 4):]:
             c = self.rng.randint(0, WIDTH_OUT - v.n)
             e(f"vector.store {v.name}, %vo_{v.elem}[%gid, {c}] : {v.type}, view<{self.total}x{WIDTH_OUT}x{v.elem}>")
-        for j in range(RESULTS):
-            v = self.pick(pool[per:] or pool) or pool[-1]
-            e(f"view.store {self.bits64(v)}, %outv[%gid, {j}] : i64, view<{self.total}x{RESULTS}xi64>")
+        self.store_results(pool[per:] or pool, "%gid", self.total, RESULTS)
         return self.lines
 
 
