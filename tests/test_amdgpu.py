@@ -526,9 +526,9 @@ def _to_bits(name: str, llty: str, v: str) -> list[str]:
 
 def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str, str]] = frozenset()) -> Any:
     """Legalize `func.def device @f` as emission does (`expand-math`, with
-    `native_math` left to the target: the host's libm here), lower it with a
-    host target and JIT it behind a wrapper taking and returning bit
-    patterns as i64."""
+    `native_math` left to the target: the host's libm here; `widen-bf16`),
+    lower it with a host target and JIT it behind a wrapper taking and
+    returning bit patterns as i64."""
     import ctypes
     from dataclasses import replace
 
@@ -539,7 +539,8 @@ def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str,
 
     target, tm = host()
     module = parse_text(source)
-    parse_pipeline("expand-math").run(module, PassContext(target=replace(REFERENCE, native_math=native_math)))
+    profile = replace(REFERENCE, native_math=native_math)
+    parse_pipeline("expand-math,widen-bf16").run(module, PassContext(target=profile))
     callee = module.symbols()[name]
     lowering = ModuleLowering(module, target)
     fn = lowering.device_function(callee, ())

@@ -574,3 +574,59 @@ def test_canonicalize_keeps_the_value_of_pure_functions(pipeline: str, case: tup
     out = print_module(module)
     after = evaluate_function(parse_text(out), "f", args)
     assert _same_results(before, after), f"{before} != {after}\n{text}\n---\n{out}"
+
+
+# ---------------------------------------------------------------- widen-bf16
+
+
+WIDENED_BF16 = """func.def device @f(%a: bf16, %b: bf16, %c: bf16, %i: i32) -> (bf16, bf16, bf16, bf16, bf16, bf16) {
+  %s = scalar.addf %a, %b : bf16
+  %d = scalar.subf %a, %b : bf16
+  %m = scalar.mulf %s, %c : bf16
+  %q = scalar.divf %a, %c : bf16
+  %r = scalar.sqrtf %m : bf16
+  %k = scalar.sitofp %i : i32 to bf16
+  func.return %s, %d, %m, %q, %r, %k : bf16, bf16, bf16, bf16, bf16, bf16
+}
+"""
+
+
+def test_widen_bf16_keeps_what_bf16_arithmetic_computes() -> None:
+    """f32 between extf and fptrunc rounds as bf16 arithmetic does (24 bits
+    are more than twice bf16's 8, plus 2: the double rounding is exact)."""
+    import random
+
+    from loomcli.semantics.fold import float_from_bits
+
+    rng = random.Random(20)
+    widened = parse_text(WIDENED_BF16)
+    parse_pipeline("widen-bf16").run(widened, PassContext(verify_each=True))
+    assert not any(op.name.startswith(("scalar.addf", "scalar.sqrtf")) and op.results[0].type is BF16
+                   for op in widened.walk())
+    specials = [0x0000, 0x8000, 0x3F80, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0x3FC1, 0xC2F7]
+    for _ in range(300):
+        bf = [float_from_bits(BF16, rng.choice(specials) if rng.random() < 0.3 else rng.getrandbits(16))
+              for _ in range(3)]
+        args = [*bf, rng.getrandbits(32) - (1 << 31)]
+        before = evaluate_function(parse_text(WIDENED_BF16), "f", args)
+        assert _same_results(before, evaluate_function(widened, "f", args)), args
+
+
+def test_every_device_profile_widens_bf16_before_selection() -> None:
+    """The selectors hold bf16 in f32 and never round it themselves: what they
+    receive has no bf16 op left that rounds."""
+    from loomcli.emit.artifacts import Emission
+    from loomcli.passes.widen_bf16 import widens
+    from loomcli.service.front import CompileOptions, compile_module
+    from loomcli.targets.profiles import parse_target
+
+    inputs = {"amdgpu:gfx1100": ("amdgpu/scalars.loom", "amdgpu/collectives.loom"),
+              "nvptx:sm_90": ("amdgpu/scalars.loom", "amdgpu/collectives.loom"),
+              "spirv:vulkan1.3": ("spirv/vectors.loom", "spirv/kernel_ops.loom")}
+    for target, paths in inputs.items():
+        profile = parse_target(target)
+        assert profile.legalize[-1] == "widen-bf16"
+        for path in (ROOT / "tests" / p for p in paths):
+            module = compile_module(CompileOptions(input=str(path), profile=profile)).module
+            assert any(widens(op) for op in module.walk())
+            assert not any(widens(op) for op in Emission(module, profile).legalized().walk())

@@ -257,7 +257,7 @@ def test_loom_targets_json() -> None:
     for name, native in (("spirv:vulkan1.3", []), ("nvptx:sm_90", ["exp2.f32"]),
                          ("amdgpu:gfx1100", ["exp.f16", "exp.f32", "exp2.f16", "exp2.f32", "log.f16", "log.f32",
                                              "log2.f16", "log2.f32"])):
-        assert by_name[name]["legalize"] == ["expand-collectives", "expand-math"]
+        assert by_name[name]["legalize"] == ["expand-collectives", "expand-math", "widen-bf16"]
         assert by_name[name]["native_math"] == native
 
 

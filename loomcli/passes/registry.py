@@ -123,6 +123,7 @@ _REGISTRY: dict[str, str | type[ModulePass]] = {
     "specialize-target": "loomcli.passes.specialize:SpecializeTarget",
     "symbol-dce": "loomcli.passes.dce:SymbolDCE",
     "unroll": "loomcli.passes.unroll:Unroll",
+    "widen-bf16": "loomcli.passes.widen_bf16:WidenBF16",
 }
 
 

@@ -39,8 +39,9 @@ NVPTX_SHARED_OPTIN = {"sm_80": 166912, "sm_89": 101376, "sm_90": 232448, "sm_100
 # What every device family legalizes in Loom IR before instruction selection
 # (`Profile.legalize`), written once for all back ends: workgroup reductions
 # become subgroup reductions, workgroup memory and barriers; transcendental
-# functions the profile lacks natively (`native_math`) become scalar ops.
-DEVICE_LEGALIZE = ("expand-collectives", "expand-math")
+# functions the profile lacks natively (`native_math`) become scalar ops;
+# bf16 arithmetic is computed in f32 and rounded once (`widen-bf16`).
+DEVICE_LEGALIZE = ("expand-collectives", "expand-math", "widen-bf16")
 NVPTX_FEATURES = frozenset({"f16", "bf16", "f64", "i64", "int8_storage", "int16_storage",
                             "atomic_add_f32", "atomic_add_f64"})
 

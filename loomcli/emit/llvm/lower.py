@@ -9,9 +9,10 @@ Representation of Loom values in LLVM:
 * `index` and `offset` are integers of the target's `index_bits` /
   `offset_bits` (LANGUAGE.md 17.27): arithmetic whose exact result leaves the
   range is UB, so it carries `nsw` (and `nuw` for offsets);
-* integers and floats map to LLVM's, except `bf16`, which is computed in
-  `float` (every bf16 result is rounded through `bfloat`) and stored as 16
-  bits; an `i1` is stored as a byte;
+* integers and floats map to LLVM's, except `bf16`, which is held in
+  `float` and stored as 16 bits (`widen-bf16` made its arithmetic f32
+  between conversions, so only a conversion to bf16 rounds); an `i1` is
+  stored as a byte;
 * a buffer is a `Ref`: a pointer in the address space of its root (kernel
   arguments global, `buffer.alloca<workgroup>` one workgroup block per
   kernel, `<private>` an `alloca`); a view adds its base byte offset and its
@@ -68,10 +69,8 @@ INT_BINARY = {"addi": "add", "subi": "sub", "muli": "mul", "shli": "shl", "divsi
 INT_MINMAX = {"minsi": "smin", "maxsi": "smax", "minui": "umin", "maxui": "umax"}
 FLOAT_BINARY = {"addf": "fadd", "subf": "fsub", "mulf": "fmul", "divf": "fdiv"}
 FLOAT_MINMAX = {"minimumf": "minimum", "maximumf": "maximum", "minnumf": "minnum", "maxnumf": "maxnum"}
-# bf16 results that are not exact in bf16 and so are rounded after the f32 computation.
 UNARY_MATH = {"sqrtf": "sqrt", "expf": "exp", "exp2f": "exp2", "logf": "log", "log2f": "log2", "sinf": "sin",
               "cosf": "cos", "tanhf": "tanh", "floorf": "floor", "ceilf": "ceil", "absf": "fabs"}
-EXACT_UNARY = ("floor", "ceil", "fabs")
 CALLS = ("func.call", "template.call")
 
 _LOCAL = re.compile(r"%([A-Za-z_$][\w.$-]*)")
@@ -985,18 +984,12 @@ def _int_minmax(fl: FunctionLowering, op: Operation) -> None:
                                  hint=_hint(op)))
 
 
-def rounded(fl: FunctionLowering, t: Type, v: str) -> str:
-    """A float result in its Loom type's precision (bf16 is carried in float)."""
-    elem = t.elem if isinstance(t, ShapedType) else t
-    return fl.round_bf16(v, fl.ty(t)) if elem is BF16 else v
-
-
 @handles(*(f"scalar.{n}" for n in FLOAT_BINARY), *(f"vector.{n}" for n in ("addf", "mulf")))
 def _float_binary(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     a, b = (fl.val(v) for v in op.operands)
     name = op.name.split(".")[1]
-    _result(fl, op, rounded(fl, t, fl.binop(FLOAT_BINARY[name], fl.ty(t), a, b, _flags(op), _hint(op))))
+    _result(fl, op, fl.binop(FLOAT_BINARY[name], fl.ty(t), a, b, _flags(op), _hint(op)))
 
 
 @handles("vector.addi", "vector.muli")
@@ -1017,7 +1010,7 @@ def _float_minmax(fl: FunctionLowering, op: Operation) -> None:
 def _fma(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     args = [fl.val(v) for v in op.operands]
-    _result(fl, op, rounded(fl, t, fl.intrinsic("fma", fl.ty(t), args, _flags(op), _hint(op))))
+    _result(fl, op, fl.intrinsic("fma", fl.ty(t), args, _flags(op), _hint(op)))
 
 
 @handles("scalar.negf")
@@ -1034,8 +1027,7 @@ def _negf(fl: FunctionLowering, op: Operation) -> None:
 def _unary_math(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
     fn = UNARY_MATH[op.name[7:]]
-    r = fl.intrinsic(fn, fl.ty(t), [fl.val(op.operand("value"))], _flags(op), _hint(op))
-    _result(fl, op, r if fn in EXACT_UNARY else rounded(fl, t, r))
+    _result(fl, op, fl.intrinsic(fn, fl.ty(t), [fl.val(op.operand("value"))], _flags(op), _hint(op)))
 
 
 @handles("scalar.rsqrtf")
@@ -1045,14 +1037,13 @@ def _rsqrt(fl: FunctionLowering, op: Operation) -> None:
     flags = _flags(op)
     root = fl.intrinsic("sqrt", llty, [fl.val(op.operand("value"))], flags)
     one = float_literal(llty, t, 1.0)
-    _result(fl, op, rounded(fl, t, fl.binop("fdiv", llty, one, root, flags, _hint(op))))
+    _result(fl, op, fl.binop("fdiv", llty, one, root, flags, _hint(op)))
 
 
 @handles("scalar.powf")
 def _pow(fl: FunctionLowering, op: Operation) -> None:
     t = op.results[0].type
-    r = fl.intrinsic("pow", fl.ty(t), [fl.val(v) for v in op.operands], _flags(op))
-    _result(fl, op, rounded(fl, t, r))
+    _result(fl, op, fl.intrinsic("pow", fl.ty(t), [fl.val(v) for v in op.operands], _flags(op)))
 
 
 @handles("scalar.cmpf")
@@ -1067,8 +1058,7 @@ def _fcmp(fl: FunctionLowering, op: Operation) -> None:
 @handles("scalar.sitofp", "scalar.uitofp")
 def _int_to_float(fl: FunctionLowering, op: Operation) -> None:
     src, dst = op.operand("value").type, op.result().type
-    r = fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op))
-    _result(fl, op, rounded(fl, dst, r))
+    _result(fl, op, fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
 
 
 @handles("scalar.fptosi", "scalar.fptoui")
@@ -1509,7 +1499,7 @@ def combine(fl: FunctionLowering, kind: str, t: Type, a: str, b: str) -> str:
     if kind in INT_MINMAX:
         return fl.intrinsic(INT_MINMAX[kind], llty, [a, b])
     if kind in ("addf", "mulf"):
-        return rounded(fl, t, fl.binop(FLOAT_BINARY[kind], llty, a, b))
+        return fl.binop(FLOAT_BINARY[kind], llty, a, b)
     return fl.intrinsic(FLOAT_MINMAX[kind], llty, [a, b])
 
 

@@ -6,8 +6,9 @@ Vulkan leaves open:
 
 * minimumf/maximumf propagate NaN and order -0 < +0; minnumf/maxnumf return
   the non-NaN operand (GLSL's FMin/NMin are not used for these);
-* bf16 values are carried in f32 and rounded to nearest-even on the f32 bit
-  pattern after every operation that can produce a non-bf16 value;
+* bf16 values are carried in f32; `widen-bf16` made their arithmetic f32
+  between conversions, and a conversion to bf16 rounds to nearest-even on
+  the f32 bit pattern (`round_bf16`);
 * +, -, *, / and the square roots are decorated `NoContraction` unless the
   op allows `contract`, so drivers cannot fuse them into an fma.
 
@@ -88,11 +89,6 @@ def round_bf16(b: Builder, x: int) -> int:
     return b.bitcast(b.m.float(32), r)
 
 
-def finish(b: Builder, t: ScalarType, x: int) -> int:
-    """Bring a computed value back to its type (bf16 rounding)."""
-    return round_bf16(b, x) if t is BF16 else x
-
-
 # ------------------------------------------------------------ min/max
 
 
@@ -135,11 +131,11 @@ def arith(b: Builder, opcode: int, t: ScalarType, x: int, y: int, flags: tuple[s
     r = b.val(opcode, b.typeof(x), x, y)
     if "contract" not in flags:
         b.nocontract(r)
-    return finish(b, t, r)
+    return r
 
 
 def fma(b: Builder, t: ScalarType, x: int, y: int, z: int) -> int:
-    return finish(b, t, b.fw.ext(b.typeof(x), GLSL.Fma, x, y, z))
+    return b.fw.ext(b.typeof(x), GLSL.Fma, x, y, z)
 
 
 def binary(b: Builder, name: str, t: ScalarType, x: int, y: int, flags: tuple[str, ...] = ()) -> int:
@@ -156,9 +152,7 @@ def unary(b: Builder, name: str, t: ScalarType, x: int, flags: tuple[str, ...] =
         r = b.fw.ext(ft, GLSL_UNARY[name], x)
         if name in ("sqrtf", "rsqrtf") and "contract" not in flags:
             b.nocontract(r)
-        if name == "absf":
-            return r  # exact, and a sign-bit operation: rounding would quiet a signalling bf16 NaN
-        return finish(b, t, r)
+        return r
     raise KeyError(name)
 
 

@@ -477,15 +477,13 @@ class Lowerer(Builder):
             return I32, self.val(Op.SConvert if kind in ("minsi", "maxsi") else Op.UConvert, self.u32_t, v)
         if t is F16:
             return F32, self.val(Op.FConvert, self.m.float(32), v)
-        return t, v  # bf16 is carried in f32 already; combine keeps rounding it
+        return t, v  # bf16 is carried in f32 already (widen-bf16 left only kinds exact on it)
 
     def demote(self, t: ScalarType, wt: ScalarType, v: int) -> int:
         if t.category == "int" and t.bits in (8, 16):
             return self.val(Op.UConvert, self.vtype(t), v)
         if t is F16:
             return self.val(Op.FConvert, self.vtype(t), v)
-        if t is BF16:
-            return fm.round_bf16(self, v)
         return v
 
     def subgroup_reduce(self, kind: str, t: ScalarType, v: int) -> int:
@@ -705,7 +703,7 @@ def _itofp(lo: Lowerer, op: Operation) -> None:
         one = -1.0 if op.name == "scalar.sitofp" else 1.0
         r = lo.select(x, lo.m.fconst(fm.cbits(dst), one), lo.m.fconst(fm.cbits(dst), 0.0))  # type: ignore[arg-type]
     else:
-        r = fm.finish(lo, dst, lo.val(Op.ConvertSToF if op.name == "scalar.sitofp" else Op.ConvertUToF, ft, x))  # type: ignore[arg-type]
+        r = lo.val(Op.ConvertSToF if op.name == "scalar.sitofp" else Op.ConvertUToF, ft, x)
     lo.env[op.results[0]] = r
 
 
