@@ -3,15 +3,18 @@
 Every emitter returns an `Artifact`: the bytes plus the manifest facts it
 knows (per-kernel parameters, resources, workgroup size). Emitters share the
 device ABI of `loomcli.targets.abi`; a target contributes a profile
-(`loomcli.targets.profiles`), a row of `BACKENDS` and an instruction
-selector, never a copy of the pipeline (docs/architecture.md).
+(`loomcli.targets.profiles`), a row of `BACKENDS` (its stages, and where
+each format stops: `loomcli.emit.stages`) and the stage functions, never a
+copy of the pipeline (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from loomcli.emit.stages import Dump, Stage, StageList, load
 
 if TYPE_CHECKING:
     from loomcli.ir.core import Module
@@ -30,15 +33,20 @@ SUFFIX_FORMATS = {suffix: fmt for fmt, suffix in FORMATS.items()}
 
 @dataclass(frozen=True)
 class Backend:
-    """One row of the emitter table: what a target family writes and where
-    its instruction selector lives. Paths are "module:function", imported
-    only when used, so nothing pays for LLVM or SPIR-V it does not emit."""
+    """One row of the emitter table: a target family's stages
+    (`loomcli.emit.stages`), where each output format stops, and what its
+    LLVM worker is. Stage functions are "module:function" paths, imported
+    only when run, so nothing pays for LLVM or SPIR-V it does not emit."""
 
-    formats: tuple[str, ...]   # the artifact formats it writes; the first is its native one
-    emitter: str               # (module, profile, fmt) -> Artifact, on a module the TARGET checks passed
-    worker: str | None = None  # () -> None: start the worker process these formats use (LLVM) early,
-    worker_formats: tuple[str, ...] = ()   # so it warms up while the front end runs
+    stages: StageList
+    worker: str | None = None  # () -> None: start the worker process its LLVM stages use, early,
+    #                            so it warms up while the front end runs
     llvm: bool = False         # emits through LLVM: its version feeds cache keys, build workers preload it
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The artifact formats it writes; the first is its native one."""
+        return self.stages.formats
 
     @property
     def native_format(self) -> str:
@@ -49,25 +57,65 @@ class Backend:
         """The native artifact's file suffix (`.hsaco`)."""
         return FORMATS[self.native_format]
 
-    def emit(self, module: Module, profile: Profile, fmt: str) -> Artifact:
-        return _load(self.emitter)(module, profile, fmt)
+    def emit(self, module: Module, profile: Profile, fmt: str, dump: Dump | None = None) -> Artifact:
+        """`module`'s kernels for `profile` as `fmt`: the stages up to the one `fmt` stops at."""
+        from loomcli.errors import LoomError
+
+        stop = self.stages.stops.get(fmt)
+        if stop is None:
+            raise LoomError(f"internal: {fmt} is not a {profile.family} format", 3)
+        job = self.stages.run(module, profile, stop, dump, self.worker_starter())
+        kernels, target = load(self.stages.manifest)(job)
+        return Artifact(fmt, job.outputs[stop], kernels, target)
 
     def start_worker(self, fmt: str) -> None:
         """Start the worker emitting `fmt` will use, if any (a warm-up: emission starts it anyway)."""
-        if self.worker is not None and fmt in self.worker_formats:
-            _load(self.worker)()
+        start = self.worker_starter()
+        if start is not None and fmt in self.stages.stops and self.stages.uses_worker(fmt):
+            start()
 
+    def worker_starter(self) -> Callable[[], None] | None:
+        return load(self.worker) if self.worker is not None else None
+
+
+LLVM_WORKER = "loomcli.emit.llvm.backend:start_worker"
+
+
+def _stages(*rows: tuple[str, str, str | None], stops: dict[str, str], manifest: str,
+            worker: tuple[str, ...] = (), check: dict[str, str] | None = None) -> StageList:
+    """A stage list from (name, run, after) rows; `worker` names the stages
+    that run in the LLVM worker, `check` the stages' checks."""
+    return StageList(tuple(Stage(name, run, after, name in worker, (check or {}).get(name))
+                           for name, run, after in rows), stops, manifest)
+
+
+_AMDGPU = "loomcli.emit.amdgpu:"
+_NVPTX = "loomcli.emit.nvptx:"
+_SPIRV = "loomcli.emit.spirv:"
 
 # The emitter table, keyed by target family.
 BACKENDS: dict[str, Backend] = {
-    "amdgpu": Backend(("amdgpu-hsaco", "llvmir-text", "asm"), "loomcli.emit.amdgpu:emit_amdgpu",
-                      worker="loomcli.emit.llvm.backend:start_worker", worker_formats=("amdgpu-hsaco", "asm"),
-                      llvm=True),
-    "spirv": Backend(("spirv-binary", "asm"), "loomcli.emit.spirv:emit_spirv_format"),
-    # The PTX first: it needs no ptxas, and the CUDA driver compiles it for the GPU it runs on.
-    "nvptx": Backend(("nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm"), "loomcli.emit.nvptx:emit_nvptx",
-                     worker="loomcli.emit.llvm.backend:start_worker",
-                     worker_formats=("nvptx-ptx", "nvptx-cubin", "asm"), llvm=True),
+    # llir -> asm | obj -> hsaco
+    "amdgpu": Backend(_stages(("llir", _AMDGPU + "lower_stage", None),
+                              ("asm", _AMDGPU + "asm_stage", "llir"),
+                              ("obj", _AMDGPU + "object_stage", "llir"),
+                              ("hsaco", _AMDGPU + "link_stage", "obj"),
+                              stops={"amdgpu-hsaco": "hsaco", "llvmir-text": "llir", "asm": "asm"},
+                              manifest=_AMDGPU + "manifest_facts", worker=("asm", "obj")),
+                      worker=LLVM_WORKER, llvm=True),
+    # spirv -> disasm
+    "spirv": Backend(_stages(("spirv", _SPIRV + "spirv_stage", None),
+                             ("disasm", _SPIRV + "disassembly_stage", "spirv"),
+                             stops={"spirv-binary": "spirv", "asm": "disasm"}, manifest=_SPIRV + "manifest_facts")),
+    # llir -> ptx -> cubin. The PTX is native: it needs no ptxas, and the CUDA
+    # driver compiles it for the GPU it runs on; `asm` is the same PTX.
+    "nvptx": Backend(_stages(("llir", _NVPTX + "lower_stage", None),
+                             ("ptx", _NVPTX + "ptx_stage", "llir"),
+                             ("cubin", _NVPTX + "cubin_stage", "ptx"),
+                             stops={"nvptx-ptx": "ptx", "nvptx-cubin": "cubin", "llvmir-text": "llir", "asm": "ptx"},
+                             manifest=_NVPTX + "manifest_facts", worker=("ptx",),
+                             check={"cubin": _NVPTX + "find_ptxas"}),
+                     worker=LLVM_WORKER, llvm=True),
 }
 NATIVE_FORMAT = {family: backend.native_format for family, backend in BACKENDS.items()}
 LLVM_FAMILIES = tuple(family for family, backend in BACKENDS.items() if backend.llvm)
@@ -85,11 +133,6 @@ def backend_for(profile: Profile) -> Backend:
 
 def families_writing(fmt: str) -> list[str]:
     return [family for family, backend in BACKENDS.items() if fmt in backend.formats]
-
-
-def _load(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 @dataclass

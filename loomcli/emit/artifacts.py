@@ -14,6 +14,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, has_errors
 from loomcli.emit import SUFFIX_FORMATS, Artifact, backend_for, families_writing
+from loomcli.emit.stages import Dump
 from loomcli.ir.core import Module
 from loomcli.targets.profiles import Profile
 
@@ -92,6 +93,17 @@ class Emission:
             raise UsageError(f"format {fmt} is for {' and '.join(families_writing(fmt))} targets, "
                              f"not {self.profile.name}")
         return backend.emit(self.legalized(), self.profile, fmt)
+
+    def stage_outputs(self, stop: str, dump: Dump | None = None) -> dict[str, bytes]:
+        """Every stage's output on the family's path to stage `stop` (`llir`,
+        `obj`, ... of `loomcli.emit.BACKENDS`), which may be one that no
+        format stops at; `dump` sees each as it is made. Raises UsageError."""
+        from loomcli.errors import UsageError
+
+        backend = backend_for(self.profile)
+        if stop not in [s.name for s in backend.stages.stages]:
+            raise UsageError(f"{self.profile.family} has no stage {stop}; its stages: {backend.stages.describe()}")
+        return backend.stages.run(self.legalized(), self.profile, stop, dump, backend.worker_starter()).outputs
 
     def launch_config(self) -> bytes:
         """The `X.launch.loombc` bytes (TARGET checks included if no artifact ran them)."""

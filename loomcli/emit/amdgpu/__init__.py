@@ -15,15 +15,15 @@ Nothing here imports llvmlite; only the worker does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loomcli.emit import Artifact
-from loomcli.emit.llvm.backend import start_worker
+from loomcli.emit.stages import StageJob
 from loomcli.errors import LoomError
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import Profile
 
-__all__ = ["FORMATS", "codegen", "emit_amdgpu", "lower", "start_worker"]
-
-FORMATS = ("amdgpu-hsaco", "llvmir-text", "asm")
+__all__ = ["codegen", "emit_amdgpu", "lower"]
 
 
 def lower(module: Module, profile: Profile) -> tuple[str, list[Operation], dict[str, Profile]]:
@@ -44,25 +44,41 @@ def codegen(ir: str, profile: Profile, emit: str) -> bytes:
 
 
 def emit_amdgpu(module: Module, profile: Profile, fmt: str) -> Artifact:
-    """Emit `module`'s kernels for `profile` as `fmt` (see FORMATS)."""
-    from loomcli.emit.amdgpu.manifest import kernel_entries, target_entry
+    """Emit `module`'s kernels for `profile` as `fmt` (see `loomcli.emit.BACKENDS`)."""
+    from loomcli.emit import BACKENDS
 
-    if fmt not in FORMATS:
-        raise LoomError(f"internal: {fmt} is not an AMDGPU format", 3)
-    if fmt != "llvmir-text":
-        start_worker()
-    ir, kernels, profiles = lower(module, profile)
-    target = target_entry(profile)
-    if fmt == "llvmir-text":
-        return Artifact(fmt, ir.encode(), kernel_entries(module, kernels, profiles, None), target)
-    if fmt == "asm":
-        data = codegen(ir, profile, "assembly")
-        return Artifact(fmt, data, kernel_entries(module, kernels, profiles, None), target)
+    return BACKENDS["amdgpu"].emit(module, profile, fmt)
+
+
+# The stages (`loomcli.emit.BACKENDS`): llir -> asm | obj -> hsaco.
+
+
+def lower_stage(job: StageJob, _: bytes) -> bytes:
+    ir, job.facts["kernels"], job.facts["profiles"] = lower(job.module, job.profile)
+    return ir.encode()
+
+
+def asm_stage(job: StageJob, ir: bytes) -> bytes:
+    return codegen(ir.decode(), job.profile, "assembly")
+
+
+def object_stage(job: StageJob, ir: bytes) -> bytes:
+    return codegen(ir.decode(), job.profile, "object")
+
+
+def link_stage(job: StageJob, obj: bytes) -> bytes:
     from loomcli.emit.amdgpu.link import ElfError, link_shared
 
-    obj = codegen(ir, profile, "object")
     try:
-        hsaco = link_shared(obj)
+        return link_shared(obj)
     except ElfError as e:
-        raise LoomError(f"internal: linking the code object for {profile.name} failed: {e}", 3) from e
-    return Artifact(fmt, hsaco, kernel_entries(module, kernels, profiles, hsaco), target)
+        raise LoomError(f"internal: linking the code object for {job.profile.name} failed: {e}", 3) from e
+
+
+def manifest_facts(job: StageJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The manifest's kernels (their resources read from the code object,
+    when there is one) and target."""
+    from loomcli.emit.amdgpu.manifest import kernel_entries, target_entry
+
+    kernels = kernel_entries(job.module, job.facts["kernels"], job.facts["profiles"], job.outputs.get("hsaco"))
+    return kernels, target_entry(job.profile)

@@ -13,12 +13,13 @@ before its optimizer), `asm` (the same PTX). Nothing here imports llvmlite.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loomcli.emit import Artifact
-from loomcli.errors import LoomError
+from loomcli.emit.stages import StageJob
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import Profile
 
-FORMATS = ("nvptx-ptx", "nvptx-cubin", "llvmir-text", "asm")
 
 def lower(module: Module, profile: Profile) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels, the kernels, and each kernel's profile."""
@@ -37,29 +38,41 @@ def ptx(ir: str, profile: Profile) -> bytes:
 
 
 def emit_nvptx(module: Module, profile: Profile, fmt: str) -> Artifact:
-    """Emit `module`'s kernels for `profile` as `fmt` (see FORMATS)."""
-    from loomcli.emit.nvptx.manifest import kernel_entries, target_entry
+    """Emit `module`'s kernels for `profile` as `fmt` (see `loomcli.emit.BACKENDS`)."""
+    from loomcli.emit import BACKENDS
 
-    if fmt not in FORMATS:
-        raise LoomError(f"internal: {fmt} is not an NVPTX format", 3)
-    ptxas = None
-    if fmt == "nvptx-cubin":
-        from loomcli.emit.nvptx.ptxas import require_ptxas
+    return BACKENDS["nvptx"].emit(module, profile, fmt)
 
-        ptxas = require_ptxas()  # before any work: a missing tool is the first thing to say
-    if fmt != "llvmir-text":
-        from loomcli.emit.llvm.backend import start_worker
 
-        start_worker()
-    ir, kernels, profiles = lower(module, profile)
-    if fmt == "llvmir-text":
-        return Artifact(fmt, ir.encode(), kernel_entries(module, kernels, profiles, None),
-                        target_entry(profile, None, None))
-    text = ptx(ir, profile)
-    if ptxas is None:
-        return Artifact(fmt, text, kernel_entries(module, kernels, profiles, None), target_entry(profile, text, None))
+# The stages (`loomcli.emit.BACKENDS`): llir -> ptx -> cubin.
+
+
+def find_ptxas(job: StageJob) -> None:
+    from loomcli.emit.nvptx.ptxas import require_ptxas
+
+    job.facts["ptxas"] = require_ptxas()
+
+
+def lower_stage(job: StageJob, _: bytes) -> bytes:
+    ir, job.facts["kernels"], job.facts["profiles"] = lower(job.module, job.profile)
+    return ir.encode()
+
+
+def ptx_stage(job: StageJob, ir: bytes) -> bytes:
+    return ptx(ir.decode(), job.profile)
+
+
+def cubin_stage(job: StageJob, text: bytes) -> bytes:
     from loomcli.emit.nvptx.ptxas import assemble, version
 
-    built = assemble(text, profile.selector, ptxas)
-    return Artifact(fmt, built.cubin, kernel_entries(module, kernels, profiles, built.kernels),
-                    target_entry(profile, text, version(ptxas)))
+    built = assemble(text, job.profile.selector, job.facts["ptxas"])
+    job.facts["ptxas_kernels"], job.facts["ptxas_version"] = built.kernels, version(job.facts["ptxas"])
+    return built.cubin
+
+
+def manifest_facts(job: StageJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The manifest's kernels (ptxas's resources, for a cubin) and target (the PTX's version, ptxas's)."""
+    from loomcli.emit.nvptx.manifest import kernel_entries, target_entry
+
+    kernels = kernel_entries(job.module, job.facts["kernels"], job.facts["profiles"], job.facts.get("ptxas_kernels"))
+    return kernels, target_entry(job.profile, job.outputs.get("ptx"), job.facts.get("ptxas_version"))

@@ -8,14 +8,15 @@ docs/spirv.md for the design.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loomcli.emit import Artifact
+    from loomcli.emit.stages import StageJob
     from loomcli.ir.core import Module
     from loomcli.targets.profiles import Profile
 
-__all__ = ["disassemble", "emit_spirv", "emit_spirv_format"]
+__all__ = ["disassemble", "emit_spirv"]
 
 
 def emit_spirv(module: Module, profile: Profile) -> Artifact:
@@ -28,14 +29,21 @@ def emit_spirv(module: Module, profile: Profile) -> Artifact:
     return SpirvEmitter(module, profile).run()
 
 
-def emit_spirv_format(module: Module, profile: Profile, fmt: str) -> Artifact:
-    """The emitter-table entry: `spirv-binary`, or its disassembly for `asm`."""
-    from loomcli.emit import Artifact
+# The stages (`loomcli.emit.BACKENDS`): spirv -> disasm.
 
-    artifact = emit_spirv(module, profile)
-    if fmt == "asm":
-        return Artifact("asm", disassemble(artifact.data).encode(), artifact.kernels, artifact.target)
-    return artifact
+
+def spirv_stage(job: StageJob, _: bytes) -> bytes:
+    artifact = emit_spirv(job.module, job.profile)
+    job.facts["kernels"], job.facts["target"] = artifact.kernels, artifact.target
+    return artifact.data
+
+
+def disassembly_stage(job: StageJob, data: bytes) -> bytes:
+    return disassemble(data).encode()
+
+
+def manifest_facts(job: StageJob) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    return job.facts["kernels"], job.facts["target"]
 
 
 def disassemble(data: bytes) -> str:
