@@ -548,10 +548,10 @@ def jit_function(source: str, name: str = "f", native_math: frozenset[tuple[str,
     result = callee.attr("sig").results[0]
     lines = []
     for k, (a, llty) in enumerate(zip(args, fn.params)):
-        lines += _from_bits(a.type.name, llty, f"%p{k}", k)
+        lines += _from_bits(a.type.name, str(llty), f"%p{k}", k)
     params = ", ".join(f"{t} %a{k}" for k, t in enumerate(fn.params))
     lines.append(f"%r = call {fn.ret} {fn.name}({params})")
-    lines += _to_bits(result.name, fn.ret, "%r")
+    lines += _to_bits(result.name, str(fn.ret), "%r")
     wrapper = (f"define i64 @entry({', '.join(f'i64 %p{k}' for k in range(len(args)))}) {{\n"
                + "\n".join("  " + x for x in lines) + "\n  ret i64 %rr\n}\n")
     text = lowering.text() + wrapper

@@ -2,8 +2,8 @@
 
 Everything the lowering needs to know about AMDGPU is in `llvm_target`:
 address spaces, the `amdgpu_kernel` convention and its attributes, the code
-object version flag, and snippets for coordinates (workitem/workgroup ids
-are intrinsics; workgroup sizes and counts are the v5 implicit kernel
+object version flag, and hooks for coordinates (workitem/workgroup ids are
+intrinsics; workgroup sizes and counts are the v5 implicit kernel
 arguments `hidden_group_size_*` and `hidden_block_count_*`), barriers,
 lane shuffles (`ds_bpermute`) and broadcasts.
 """
@@ -12,7 +12,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loomcli.emit.llvm.target import LLVMTarget
+from loomcli.emit.llvm.ir import (
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    VOID,
+    FunctionBuilder,
+    Type,
+    Value,
+    const_int,
+    intrinsic,
+    pointer,
+)
+from loomcli.emit.llvm.target import Barrier, Coordinate, LaneCount, LLVMTarget
 from loomcli.targets.profiles import Profile
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -24,44 +38,90 @@ DATALAYOUT = ("e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:
 ADDRESS_SPACES = {"generic": 0, "global": 1, "workgroup": 3, "constant": 4, "private": 5}
 
 # Code object v5 implicit kernel arguments (byte offset, LLVM type) after the explicit ones.
-HIDDEN_BLOCK_COUNT = ((0, "i32"), (4, "i32"), (8, "i32"))
-HIDDEN_GROUP_SIZE = ((12, "i16"), (14, "i16"), (16, "i16"))
+HIDDEN_BLOCK_COUNT = ((0, I32), (4, I32), (8, I32))
+HIDDEN_GROUP_SIZE = ((12, I16), (14, I16), (16, I16))
 
 # Chips with a fixed wave64 (gfx9 family); the others run wave32 or wave64.
 _WAVE64_ONLY = frozenset({"gfx90a", "gfx942", "gfx950", "gfx9-generic", "gfx9-4-generic"})
 
-def _implicit_load(offset: int, ty: str) -> tuple[str, ...]:
-    head = ("%ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()",
-            f"%p = getelementptr inbounds i8, ptr addrspace(4) %ia, i64 {offset}")
-    attach = "!invariant.load !{}, !noundef !{}"
-    if ty == "i16":
-        return (*head, f"%v = load i16, ptr addrspace(4) %p, align 2, {attach}", "%out = zext i16 %v to i32")
-    return (*head, f"%out = load i32, ptr addrspace(4) %p, align 4, {attach}")
+IMPLICITARG_PTR = intrinsic("llvm.amdgcn.implicitarg.ptr", pointer(4))
+MBCNT_LO = intrinsic("llvm.amdgcn.mbcnt.lo", I32, I32, I32)
+MBCNT_HI = intrinsic("llvm.amdgcn.mbcnt.hi", I32, I32, I32)
+ALL_LANES, NO_LANES = const_int(I32, -1), const_int(I32, 0)
 
 
-def _coordinates(wave: int) -> dict[str, tuple[str, ...]]:
-    c: dict[str, tuple[str, ...]] = {}
+def _call(name: str) -> Coordinate:
+    callee = intrinsic(name, I32)
+    return lambda b, hint: b.call_value(callee, [], hint=hint)
+
+
+def _implicit_load(offset: int, ty: Type) -> Coordinate:
+    """A v5 implicit kernel argument, as i32."""
+    def load(b: FunctionBuilder, hint: str) -> Value:
+        ia = b.call_value(IMPLICITARG_PTR, [], hint="ia")
+        p = b.gep(I8, ia, const_int(I64, offset), "p")
+        empty = b.module.node()
+        attached = (("invariant.load", empty), ("noundef", empty))
+        if ty is I16:
+            return b.cast("zext", b.load(I16, p, 2, attached, "v"), I32, hint)
+        return b.load(I32, p, 4, attached, hint)
+    return load
+
+
+def _lane_id(wave: int) -> Coordinate:
+    def lane(b: FunctionBuilder, hint: str) -> Value:
+        if wave == 32:
+            return b.call_value(MBCNT_LO, [ALL_LANES, NO_LANES], hint=hint)
+        lo = b.call_value(MBCNT_LO, [ALL_LANES, NO_LANES], hint="lo")
+        return b.call_value(MBCNT_HI, [ALL_LANES, lo], hint=hint)
+    return lane
+
+
+def _coordinates(wave: int) -> dict[str, Coordinate]:
+    c: dict[str, Coordinate] = {}
     for d, axis in enumerate("xyz"):
-        c[f"workitem.id.{axis}"] = (f"%out = call i32 @llvm.amdgcn.workitem.id.{axis}()",)
-        c[f"workgroup.id.{axis}"] = (f"%out = call i32 @llvm.amdgcn.workgroup.id.{axis}()",)
+        c[f"workitem.id.{axis}"] = _call(f"llvm.amdgcn.workitem.id.{axis}")
+        c[f"workgroup.id.{axis}"] = _call(f"llvm.amdgcn.workgroup.id.{axis}")
         c[f"workgroup.size.{axis}"] = _implicit_load(*HIDDEN_GROUP_SIZE[d])
         c[f"workgroup.count.{axis}"] = _implicit_load(*HIDDEN_BLOCK_COUNT[d])
-    if wave == 64:
-        c["subgroup.lane.id"] = ("%lo = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)",
-                                 "%out = call i32 @llvm.amdgcn.mbcnt.hi(i32 -1, i32 %lo)")
-    else:
-        c["subgroup.lane.id"] = ("%out = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)",)
-    c["subgroup.size"] = ("%out = call i32 @llvm.amdgcn.wavefrontsize()",)
+    c["subgroup.lane.id"] = _lane_id(wave)
+    c["subgroup.size"] = _call("llvm.amdgcn.wavefrontsize")
     return c
 
 
-def _active_lanes(wave: int) -> tuple[str, ...]:
-    if wave == 64:
-        return ("%b = call i64 @llvm.amdgcn.ballot.i64(i1 true)",
-                "%n = call i64 @llvm.ctpop.i64(i64 %b)",
-                "%out = trunc i64 %n to i32")
-    return ("%b = call i32 @llvm.amdgcn.ballot.i32(i1 true)",
-            "%out = call i32 @llvm.ctpop.i32(i32 %b)")
+def _active_lanes(wave: int) -> LaneCount:
+    """The number of active lanes: a ballot of `true`, counted."""
+    word = I64 if wave == 64 else I32
+    ballot = intrinsic(f"llvm.amdgcn.ballot.{word.mangle}", word, I1)
+    ctpop = intrinsic(f"llvm.ctpop.{word.mangle}", word, word)
+
+    def count(b: FunctionBuilder, hint: str) -> Value:
+        mask = b.call_value(ballot, [const_int(I1, 1)], hint="b")
+        if word is I32:
+            return b.call_value(ctpop, [mask], hint=hint)
+        return b.cast("trunc", b.call_value(ctpop, [mask], hint="n"), I32, hint)
+    return count
+
+
+def _barrier(name: str) -> Barrier:
+    callee = intrinsic(name, VOID)
+
+    def barrier(b: FunctionBuilder) -> None:
+        b.call(callee, [])
+    return barrier
+
+
+BPERMUTE = intrinsic("llvm.amdgcn.ds.bpermute", I32, I32, I32)
+READFIRSTLANE = intrinsic("llvm.amdgcn.readfirstlane.i32", I32, I32)
+
+
+def _shuffle(b: FunctionBuilder, word: Value, lane: Value, hint: str) -> Value:
+    """`ds_bpermute` addresses lanes in bytes."""
+    return b.call_value(BPERMUTE, [b.binop("shl", lane, const_int(I32, 2), hint="a"), word], hint=hint)
+
+
+def _broadcast_first(b: FunctionBuilder, word: Value, hint: str) -> Value:
+    return b.call_value(READFIRSTLANE, [word], hint=hint)
 
 
 def wave_size(profile: Profile) -> int:
@@ -90,17 +150,16 @@ def llvm_target(profile: Profile) -> LLVMTarget:
         subgroup_size=wave,
         address_space=ADDRESS_SPACES,
         kernel_cc="amdgpu_kernel",
-        kernel_attributes=('"amdgpu-flat-work-group-size"="{flat_lo},{flat_hi}"',
-                           '"uniform-work-group-size"="true"'),
-        kernel_metadata_folded=("!reqd_work_group_size !{{i32 {x}, i32 {y}, i32 {z}}}",),
-        module_flags=(f'!{{i32 1, !"amdhsa_code_object_version", i32 {version * 100}}}',),
+        kernel_attributes=(("amdgpu-flat-work-group-size", "{flat_lo},{flat_hi}"),
+                           ("uniform-work-group-size", "true")),
+        kernel_metadata_folded=("reqd_work_group_size",),
+        module_flags=((1, "amdhsa_code_object_version", version * 100),),
         coordinates=_coordinates(wave),
         syncscope={"subgroup": "wavefront", "workgroup": "workgroup", "device": "agent", "system": ""},
-        control_barrier={"workgroup": ("call void @llvm.amdgcn.s.barrier()",),
-                         "subgroup": ("call void @llvm.amdgcn.wave.barrier()",)},
-        shuffle=("%a = shl i32 %in1, 2",
-                 "%out = call i32 @llvm.amdgcn.ds.bpermute(i32 %a, i32 %in0)"),
-        broadcast_first=("%out = call i32 @llvm.amdgcn.readfirstlane.i32(i32 %in0)",),
+        control_barrier={"workgroup": _barrier("llvm.amdgcn.s.barrier"),
+                         "subgroup": _barrier("llvm.amdgcn.wave.barrier")},
+        shuffle=_shuffle,
+        broadcast_first=_broadcast_first,
         active_lanes=_active_lanes(wave),
         # Loom buffers are ordinary (coarse-grained) device memory: atomics below
         # system scope may use the hardware's atomic instructions.
@@ -116,4 +175,4 @@ def kernel_target(module_target: LLVMTarget, module_profile: Profile, kernel_pro
     wave = wave_size(kernel_profile)
     return replace(module_target, subgroup_size=wave, coordinates=_coordinates(wave),
                    active_lanes=_active_lanes(wave),
-                   function_attributes=(f'"target-features"="{features(kernel_profile)}"',))
+                   function_attributes=(("target-features", features(kernel_profile)),))

@@ -1,8 +1,10 @@
-"""Compiled Loom IR -> LLVM IR text, written once for every LLVM-based target.
+"""Compiled Loom IR -> LLVM IR, written once for every LLVM-based target.
 
 The input is a compiled module (linked, config bound, templates selected,
-the default pipeline run); the output is the text of one LLVM module. A
-target contributes data only (`loomcli.emit.llvm.target.LLVMTarget`).
+the default pipeline run, legalized); the output is one LLVM module, built
+as typed values through `loomcli.emit.llvm.ir`. A target contributes data
+and small hooks (`loomcli.emit.llvm.target.LLVMTarget`). Each op lowers
+through one small function of `HANDLERS`, the table keyed by op name.
 
 Representation of Loom values in LLVM:
 
@@ -25,17 +27,15 @@ Representation of Loom values in LLVM:
 
 from __future__ import annotations
 
-import re
-import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.emit.llvm import ir as ll
 from loomcli.emit.llvm.target import AtomicRMW, LLVMTarget
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import TERMINATOR
+from loomcli.ir.ops import TERMINATOR, OpTable
 from loomcli.ir.types import (
     BF16,
     BUFFER,
@@ -56,8 +56,8 @@ from loomcli.ir.types import (
 from loomcli.semantics.fold import NOT_CONSTANT, canonical, constant_of, float_bits, pattern, round_float, signed
 from loomcli.targets import abi
 
-FLOAT_TYPES = {F16: "half", BF16: "float", F32: "float", F64: "double"}
-MEMORY_TYPES = {"i1": "i8", "bf16": "i16"}
+FLOAT_TYPES: dict[Type, ll.FloatType] = {F16: ll.HALF, BF16: ll.FLOAT, F32: ll.FLOAT, F64: ll.DOUBLE}
+MEMORY_TYPES: dict[Type, ll.Type] = {I1: ll.I8, BF16: ll.I16, F16: ll.HALF, F32: ll.FLOAT, F64: ll.DOUBLE}
 ORDERING = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel",
             "seq_cst": "seq_cst"}
 RMW = {"xchgi": "xchg", "xchgf": "xchg", "addi": "add", "subi": "sub", "andi": "and", "ori": "or", "xori": "xor",
@@ -71,13 +71,7 @@ FLOAT_BINARY = {"addf": "fadd", "subf": "fsub", "mulf": "fmul", "divf": "fdiv"}
 FLOAT_MINMAX = {"minimumf": "minimum", "maximumf": "maximum", "minnumf": "minnum", "maxnumf": "maxnum"}
 UNARY_MATH = {"sqrtf": "sqrt", "expf": "exp", "exp2f": "exp2", "logf": "log", "log2f": "log2", "sinf": "sin",
               "cosf": "cos", "tanhf": "tanh", "floorf": "floor", "ceilf": "ceil", "absf": "fabs"}
-CALLS = ("func.call", "template.call")
 
-_LOCAL = re.compile(r"%([A-Za-z_$][\w.$-]*)")
-_CALL = re.compile(r"call (?P<ret>[^@]*?) @(?P<name>[\w.$-]+)\((?P<args>.*)\)")
-
-
-MAX_NAME_HINT = 64
 
 class LoweringError(Exception):
     """Compiled IR the lowering cannot handle (an internal error: the verifier
@@ -88,29 +82,32 @@ class LoweringError(Exception):
 class Ref:
     """A buffer or view held in registers."""
 
-    ptr: str
-    space: int
-    base: str = "0"                # i64 byte offset of a view's element 0 in its root
-    strides: tuple[str, ...] = ()  # i64 element strides of a view, one per axis (the last is "1")
-    alias: str = ""                # `, !alias.scope !A, !noalias !B` of accesses (buffer.assume.noalias)
+    ptr: ll.Value
+    base: ll.Value | None = None          # a view's byte offset of its element 0 in its root (offset-typed)
+    strides: tuple[ll.Value, ...] = ()    # a view's element strides, one per axis (the last is 1)
+    alias: ll.Attachments = ()            # `!alias.scope`/`!noalias` of accesses (buffer.assume.noalias)
+
+    @property
+    def space(self) -> int:
+        return ll.space_of(self.ptr.type)
 
 
 def is_ref_type(t: Type) -> bool:
     return t is BUFFER or is_view(t)
 
 
-def _digits(s: str) -> bool:
-    return s.lstrip("-").isdigit()
-
-
-def float_literal(llty: str, t: Type, value: float) -> str:
-    """An LLVM IR float constant: hex of the double for float/double, 0xH for half."""
-    if llty == "half":
-        return f"0xH{float_bits(F16, round_float(F16, value)):04X}"
+def float_constant(llty: ll.Type, t: Type, value: float) -> ll.Constant:
+    """`value` in Loom type `t`'s precision, as a constant of `llty` (bf16 lives in float)."""
+    if llty is ll.HALF:
+        return ll.const_half(float_bits(F16, round_float(F16, value)))
     rounded = round_float(t, value) if t in (BF16, F32, F64, F16) else value
-    if llty == "float":
+    if llty is ll.FLOAT:
         rounded = round_float(F32, rounded)
-    return f"0x{struct.unpack('<Q', struct.pack('<d', rounded))[0]:016X}"
+    return ll.const_float(llty, rounded)
+
+
+def _is_zero(v: ll.Value) -> bool:
+    return ll.int_value(v) == 0
 
 
 # ---------------------------------------------------------------- module
@@ -130,6 +127,10 @@ class KernelPlan:
     alloca_offsets: dict[int, int]     # id(buffer.alloca<workgroup> op) -> byte offset
 
 
+def _is_workgroup_alloca(op: Operation) -> bool:
+    return HANDLERS.get(op.name) is _alloca and op.attr("kind", None) == "workgroup"
+
+
 def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelPlan:
     """Workgroup memory of a kernel: its allocas by the walk of LANGUAGE.md
     section 8 (the reduction scratch among them: `expand-collectives` made
@@ -137,7 +138,7 @@ def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelP
     offsets: dict[int, int] = {}
     offset, align = 0, 1
     for op in kernel.region("body").ops:
-        if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+        if _is_workgroup_alloca(op):
             a = op.attr("align", 1)
             offset = -(-offset // a) * a
             offsets[id(op)] = offset
@@ -151,64 +152,23 @@ def plan_kernel(kernel: Operation, target: LLVMTarget, max_flat: int) -> KernelP
 
 
 class ModuleLowering:
-    """Module-wide state: functions, declarations, metadata, attribute groups."""
+    """Module-wide state: the LLVM module and the device functions lowered so far."""
 
     def __init__(self, module: Module, target: LLVMTarget) -> None:
         self.module = module
         self.target = target
         self.symbols = module.symbols()
-        self.globals: list[str] = []
-        self.functions: list[str] = []
-        self.declarations: dict[str, str] = {}
-        self.metadata: dict[str, str] = {}
-        self.attribute_groups: dict[str, str] = {}
-        self.device_functions: dict[tuple[str, tuple[int, ...]], DeviceFunction] = {}
-        self.taken: set[str] = set()
+        self.ir = ll.Module(target.triple, target.datalayout)
+        self.device_functions: dict[tuple[Any, ...], ll.Callee] = {}
         self.noalias_groups = 0
-        self.module_flags = [self.md(flag) for flag in target.module_flags]
-
-    # ------------------------------------------------------------ module pieces
-
-    def md(self, text: str) -> str:
-        """A numbered metadata node for `text` (deduplicated)."""
-        if text not in self.metadata:
-            self.metadata[text] = f"!{len(self.metadata)}"
-        return self.metadata[text]
-
-    def distinct_md(self, body: str) -> str:
-        """A new distinct, self-referential node `distinct !{!self, body}`."""
-        ref = f"!{len(self.metadata)}"
-        self.metadata[f"distinct !{{{ref}, {body}}}"] = ref
-        return ref
-
-    def attributes(self, items: list[str]) -> str:
-        text = " ".join(items)
-        if text not in self.attribute_groups:
-            self.attribute_groups[text] = f"#{len(self.attribute_groups)}"
-        return self.attribute_groups[text]
-
-    def declare(self, name: str, ret: str, args: list[str]) -> None:
-        if name not in self.declarations:
-            self.declarations[name] = f"declare {ret} @{name}({', '.join(args)})"
-
-    def global_name(self, base: str) -> str:
-        if base.startswith("llvm."):  # LLVM reserves the prefix for intrinsics
-            base = "loom." + base
-        name = base if re.fullmatch(r"[A-Za-z_][\w]*", base) else f'"{base}"'
-        n = 1
-        while name in self.taken:
-            name = f'"{base}.{n}"'
-            n += 1
-        self.taken.add(name)
-        return "@" + name
-
-    # ------------------------------------------------------------ entry points
+        for behavior, key, value in target.module_flags:
+            self.ir.flag(behavior, key, value)
 
     def lower_kernel(self, plan: KernelPlan) -> None:
         FunctionLowering(self, plan.target, plan).lower_kernel()
 
     def device_function(self, callee: Operation, spaces: tuple[int, ...], target: LLVMTarget | None = None
-                        ) -> DeviceFunction:
+                        ) -> ll.Callee:
         """`callee` lowered for the address spaces of its buffer/view
         arguments and for the caller's target (a kernel may have its own
         wave size; its callees must match it)."""
@@ -220,39 +180,13 @@ class ModuleLowering:
         return self.device_functions[key]
 
     def text(self) -> str:
-        t = self.target
-        out = [f'target datalayout = "{t.datalayout}"', f'target triple = "{t.triple}"', ""]
-        if self.globals:
-            out += self.globals + [""]
-        for f in self.functions:
-            out += [f, ""]
-        out += [self.declarations[k] for k in sorted(self.declarations)]
-        if self.declarations:
-            out.append("")
-        for text, ref in self.attribute_groups.items():
-            out.append(f"attributes {ref} = {{ {text} }}")
-        if self.attribute_groups:
-            out.append("")
-        if self.module_flags:
-            out.append(f"!llvm.module.flags = !{{{', '.join(self.module_flags)}}}")
-        for text, ref in self.metadata.items():
-            out.append(f"{ref} = {text}")
-        return "\n".join(out) + "\n"
-
-
-@dataclass(frozen=True)
-class DeviceFunction:
-    name: str
-    params: tuple[str, ...]         # LLVM parameter types
-    results: tuple[Type, ...]       # Loom result types
-    result_spaces: tuple[int, ...]  # address space of each buffer/view result
-    ret: str                        # LLVM return type
+        return self.ir.text()
 
 
 def lower_module(module: Module, plans: list[KernelPlan], target: LLVMTarget) -> str:
     """The LLVM IR text of `plans`' kernels and the device functions they call."""
     lowering = ModuleLowering(module, target)
-    lowering.taken.update(plan.export for plan in plans)  # kernel symbols are exactly their export names
+    lowering.ir.taken.update(plan.export for plan in plans)  # kernel symbols are exactly their export names
     for plan in plans:
         lowering.lower_kernel(plan)
     return lowering.text()
@@ -261,90 +195,34 @@ def lower_module(module: Module, plans: list[KernelPlan], target: LLVMTarget) ->
 # ---------------------------------------------------------------- functions
 
 
-class Pending:
-    """A branch whose text is written when its successor knows what to add
-    before it (casts that merge address spaces)."""
-
-    __slots__ = ("index", "pre", "target")
-
-    def __init__(self, index: int, target: str) -> None:
-        self.index = index
-        self.target = target
-        self.pre: list[str] = []
+# A loop-carried value's phis, one per component (a ref has several).
+Carried = list[ll.Phi]
 
 
 class FunctionLowering:
-    """Lowers one kernel or device function body into LLVM IR lines."""
+    """Lowers one kernel or device function body through an LLVM function builder."""
 
     def __init__(self, mod: ModuleLowering, target: LLVMTarget, plan: KernelPlan | None) -> None:
         self.mod = mod
         self.t = target
         self.plan = plan
-        self.index_ty = f"i{target.index_bits}"
-        self.off_ty = f"i{target.offset_bits}"
-        self.lines: list[str] = []
-        self.prologue: list[str] = []
-        self.out = self.lines
-        self.names: set[str] = set()
-        self.block = "entry"
+        self.b = ll.FunctionBuilder(mod.ir)
+        self.index_ty = ll.int_type(target.index_bits)
+        self.off_ty = ll.int_type(target.offset_bits)
         self.values: dict[Value, Any] = {}
         self.cache: dict[Any, Any] = {}
-        self.lds: str | None = None
-
-    # ------------------------------------------------------------ names and text
-
-    def fresh(self, hint: str = "t") -> str:
-        # Loom names are only hints: kept short, since LLVM cuts local names
-        # past 1024 characters and two long names would then collide.
-        base = re.sub(r"[^\w.$-]", "_", hint[:MAX_NAME_HINT]) or "t"
-        if base[0].isdigit():
-            base = "v" + base
-        name, n = base, 0
-        while name in self.names:
-            n += 1
-            name = f"{base}.{n}"
-        self.names.add(name)
-        return name
-
-    def emit(self, line: str) -> None:
-        self.out.append("  " + line)
-
-    def inst(self, text: str, hint: str = "t") -> str:
-        r = "%" + self.fresh(hint)
-        self.emit(f"{r} = {text}")
-        return r
-
-    def start_block(self, label: str) -> None:
-        self.lines.append(f"{label}:")
-        self.block = label
-
-    def branch(self, target: str) -> Pending:
-        p = Pending(len(self.lines), target)
-        self.lines.append("")
-        return p
-
-    def finish(self, p: Pending) -> None:
-        self.lines[p.index] = "\n".join(["  " + line for line in p.pre] + [f"  br label %{p.target}"])
-
-    @contextmanager
-    def at_entry(self) -> Iterator[None]:
-        saved = self.out
-        self.out = self.prologue
-        try:
-            yield
-        finally:
-            self.out = saved
+        self.lds: ll.Value | None = None
 
     def error(self, op: Operation, why: str) -> LoweringError:
         return LoweringError(f"{op.name} at {op.loc[0]}:{op.loc[1]}: {why}")
 
-    # ------------------------------------------------------------ types
+    # ------------------------------------------------------------ types and constants
 
-    def ty(self, t: Type) -> str:
+    def ty(self, t: Type) -> ll.Type:
         if isinstance(t, ShapedType):
             if t.name != "vector":
                 raise LoweringError(f"no register type for {t}")
-            return f"<{t.dims[0]} x {self.ty(t.elem)}>"
+            return ll.vector(int(t.dims[0]), self.ty(t.elem))  # type: ignore[call-overload]
         if t is INDEX:
             return self.index_ty
         if t is OFFSET:
@@ -352,149 +230,94 @@ class FunctionLowering:
         if t in FLOAT_TYPES:
             return FLOAT_TYPES[t]
         if isinstance(t, ScalarType) and t.category == "int":
-            return f"i{t.bits}"
+            return ll.int_type(t.bits)
         raise LoweringError(f"no register type for {t}")
 
     @staticmethod
-    def mem_ty(elem: ScalarType) -> str:
-        return MEMORY_TYPES.get(elem.name) or {"f16": "half", "f32": "float", "f64": "double"}.get(elem.name) \
-            or elem.name
+    def mem_ty(elem: ScalarType) -> ll.Type:
+        return MEMORY_TYPES.get(elem) or ll.int_type(elem.bits)
 
-    def ptr_ty(self, space: int) -> str:
-        return f"ptr addrspace({space})"
+    def ptr_ty(self, space: int) -> ll.PointerType:
+        return ll.pointer(space)
 
-    @staticmethod
-    def suffix(llty: str) -> str:
-        """Intrinsic name mangling of a type."""
-        m = re.fullmatch(r"<(\d+) x (\S+)>", llty)
-        if m:
-            return f"v{m.group(1)}{FunctionLowering.suffix(m.group(2))}"
-        return {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}.get(llty, llty)
+    def index(self, n: int) -> ll.Constant:
+        return ll.literal(self.index_ty, n)
 
-    # ------------------------------------------------------------ constants
+    def offset(self, n: int) -> ll.Constant:
+        return ll.literal(self.off_ty, n)
 
-    def constant(self, value: Any, t: Type) -> str:
+    def constant(self, value: Any, t: Type) -> ll.Constant:
         if is_vector(t):
-            elem = t.elem
-            lane = self.constant(value, elem)
-            ety = self.ty(elem)
-            n = t.dims[0]
-            if lane in ("0", "false", "0x0000000000000000", "0xH0000"):
-                return "zeroinitializer"
-            return "<" + ", ".join([f"{ety} {lane}"] * n) + ">"
+            return ll.splat(self.ty(t), self.constant(value, t.elem))  # type: ignore[attr-defined]
         v = canonical(value, t)
         if t is I1:
-            return "true" if v else "false"
+            return ll.const_int(ll.I1, int(bool(v)))
+        llty = self.ty(t)
         if is_float(t):
-            return float_literal(self.ty(t), t, v)
-        bits = int(self.ty(t)[1:])  # the held width (an index may be narrower than 64 bits)
-        return str(signed(pattern(int(v), bits), bits))
+            return float_constant(llty, t, v)
+        bits = ll.bits_of(llty)  # the held width (an index may be narrower than 64 bits)
+        return ll.literal(llty, signed(pattern(int(v), bits), bits))
 
     # ------------------------------------------------------------ instruction helpers
 
-    def call(self, ret: str, name: str, args: list[tuple[str, str]], flags: str = "", hint: str = "t",
-             suffix: str = "") -> str:
-        self.mod.declare(name, ret, [a for a, _ in args])
-        text = f"call {flags + ' ' if flags else ''}{ret} @{name}({', '.join(f'{a} {v}' for a, v in args)}){suffix}"
-        if ret == "void":
-            self.emit(text)
-            return ""
-        return self.inst(text, hint)
+    def intrinsic(self, base: str, t: ll.Type, args: list[ll.Value], flags: str = "", hint: str = "t") -> ll.Value:
+        return self.b.call_value(ll.overloaded(base, t, len(args)), args, flags, hint)
 
-    def intrinsic(self, base: str, llty: str, args: list[str], flags: str = "", hint: str = "t") -> str:
-        return self.call(llty, f"llvm.{base}.{self.suffix(llty)}", [(llty, a) for a in args], flags, hint)
-
-    def binop(self, op: str, llty: str, a: str, b: str, flags: str = "", hint: str = "t") -> str:
-        return self.inst(f"{op}{' ' + flags if flags else ''} {llty} {a}, {b}", hint)
-
-    def cast(self, op: str, src: str, v: str, dst: str, hint: str = "t") -> str:
-        if src == dst and op in ("bitcast", "zext", "sext", "trunc"):
-            return v
-        return self.inst(f"{op} {src} {v} to {dst}", hint)
-
-    def select(self, c: str, llty: str, a: str, b: str, hint: str = "t") -> str:
-        if a == b:
-            return a
-        return self.inst(f"select i1 {c}, {llty} {a}, {llty} {b}", hint)
-
-    def resize(self, v: str, src_bits: int, dst_bits: int, signed: bool, nneg: bool = False) -> str:
+    def resize(self, v: ll.Value, src_bits: int, dst_bits: int, signed: bool, nneg: bool = False) -> ll.Value:
         """An integer of `src_bits` as `dst_bits`: extended (signed or not) or truncated."""
         if src_bits == dst_bits:
             return v
-        if _digits(v):
-            return v if not (not signed and v.startswith("-")) else str(int(v) & ((1 << src_bits) - 1))
+        k = ll.int_value(v)
+        if k is not None:  # a literal keeps its digits (unsigned: its bits)
+            return ll.literal(ll.int_type(dst_bits), k if signed or k >= 0 else k & ((1 << src_bits) - 1))
+        dst = ll.int_type(dst_bits)
         if src_bits > dst_bits:
-            return self.cast("trunc", f"i{src_bits}", v, f"i{dst_bits}")
+            return self.b.cast("trunc", v, dst)
         if signed and src_bits > 1:
-            return self.cast("sext", f"i{src_bits}", v, f"i{dst_bits}")
-        op = "zext nneg" if nneg else "zext"
-        return self.cast(op, f"i{src_bits}", v, f"i{dst_bits}")
+            return self.b.cast("sext", v, dst)
+        return self.b.cast("zext nneg" if nneg else "zext", v, dst)
 
-    def to_offset(self, v: str) -> str:
+    def to_offset(self, v: ll.Value) -> ll.Value:
         """A non-negative index as an offset-width integer."""
         return self.resize(v, self.t.index_bits, self.t.offset_bits, signed=False, nneg=True)
 
-    def add64(self, a: str, b: str) -> str:
-        if a == "0":
+    def add64(self, a: ll.Value, b: ll.Value) -> ll.Value:
+        x, y = ll.int_value(a), ll.int_value(b)
+        if x == 0:
             return b
-        if b == "0":
+        if y == 0:
             return a
-        if _digits(a) and _digits(b):
-            return str(int(a) + int(b))
-        return self.binop("add", self.off_ty, a, b, "nuw nsw")
+        if x is not None and y is not None:
+            return self.offset(x + y)
+        return self.b.binop("add", a, b, "nuw nsw")
 
-    def mul64(self, a: str, b: str) -> str:
-        if a == "1":
+    def mul64(self, a: ll.Value, b: ll.Value) -> ll.Value:
+        x, y = ll.int_value(a), ll.int_value(b)
+        if x == 1:
             return b
-        if b == "1":
+        if y == 1:
             return a
-        if a == "0" or b == "0":
-            return "0"
-        if _digits(a) and _digits(b):
-            return str(int(a) * int(b))
-        return self.binop("mul", self.off_ty, a, b, "nuw nsw")
+        if x == 0 or y == 0:
+            return self.offset(0)
+        if x is not None and y is not None:
+            return self.offset(x * y)
+        return self.b.binop("mul", a, b, "nuw nsw")
 
-    def snippet(self, lines: tuple[str, ...], inputs: list[str], hint: str = "t") -> str:
-        """Expand a target snippet; returns its `%out`."""
-        renamed: dict[str, str] = {f"in{i}": v for i, v in enumerate(inputs)}
-        out = ""
+    def round_bf16(self, v: ll.Value) -> ll.Value:
+        """A float rounded to bf16 precision, to nearest-even, in integer
+        arithmetic on the bits (exact for subnormals and overflow, whatever
+        the target's bf16 support; NaN stays NaN)."""
+        b = self.b
 
-        def rename(m: re.Match[str]) -> str:
-            nonlocal out
-            name = m.group(1)
-            if name not in renamed:
-                renamed[name] = "%" + self.fresh(hint if name == "out" else name)
-                if name == "out":
-                    out = renamed[name]
-            return renamed[name]
+        def k(c: int) -> ll.Value:
+            return ll.literal(ll.I32, c)
 
-        for line in lines:
-            text = _LOCAL.sub(rename, line)
-            if "!{}" in text:
-                text = text.replace("!{}", self.mod.md("!{}"))
-            for m in _CALL.finditer(line):
-                args = [a.strip() for a in _split_args(m.group("args"))]
-                self.mod.declare(m.group("name"), m.group("ret").strip(), [a.rsplit(" ", 1)[0] for a in args])
-            self.emit(text)
-        return out
-
-    def round_bf16(self, v: str, llty: str = "float") -> str:
-        """A float (or float vector) rounded to bf16 precision, to nearest-even,
-        in integer arithmetic on the bits (exact for subnormals and overflow,
-        whatever the target's bf16 support; NaN stays NaN)."""
-        ity = llty.replace("float", "i32")
-        m = re.fullmatch(r"<(\d+) x \S+>", llty)
-
-        def k(c: int) -> str:
-            return str(c) if m is None else "<" + ", ".join([f"i32 {c}"] * int(m.group(1))) + ">"
-
-        bits = self.cast("bitcast", llty, v, ity)
-        odd = self.binop("and", ity, self.binop("lshr", ity, bits, k(16)), k(1))
-        bumped = self.binop("add", ity, self.binop("add", ity, bits, k(0x7FFF)), odd)
-        rounded = self.cast("bitcast", ity, self.binop("and", ity, bumped, k(-65536)), llty)
-        nan = self.inst(f"fcmp uno {llty} {v}, {v}")
-        cty = "i1" if m is None else f"<{m.group(1)} x i1>"
-        return self.inst(f"select {cty} {nan}, {llty} {v}, {llty} {rounded}", "bf16")
+        bits = b.cast("bitcast", v, ll.I32)
+        odd = b.binop("and", b.binop("lshr", bits, k(16)), k(1))
+        bumped = b.binop("add", b.binop("add", bits, k(0x7FFF)), odd)
+        rounded = b.cast("bitcast", b.binop("and", bumped, k(-65536)), ll.FLOAT)
+        nan = b.fcmp("uno", v, v)
+        return b.select(nan, v, rounded, "bf16")
 
     # ------------------------------------------------------------ values
 
@@ -507,10 +330,10 @@ class FunctionLowering:
     def bind(self, v: Value, x: Any) -> None:
         self.values[v] = x
 
-    def index_operands(self, op: Operation) -> list[str]:
+    def index_operands(self, op: Operation) -> list[ll.Value]:
         """The per-axis indices of an indexed access (`%v[%i, 0]`)."""
         dynamic = iter(op.operand_group("indices"))
-        return [self.val(next(dynamic)) if t is None else str(t) for t in op.attr("indices")]
+        return [self.val(next(dynamic)) if t is None else self.index(t) for t in op.attr("indices")]
 
     # ------------------------------------------------------------ function shells
 
@@ -518,144 +341,137 @@ class FunctionLowering:
         plan = self.plan
         assert plan is not None
         kernel = plan.kernel
-        t = self.t
+        t, b = self.t, self.b
         if plan.lds_bytes:
-            self.lds = self.mod.global_name(f"{plan.export}.lds")
-            self.mod.globals.append(f"{self.lds} = internal addrspace({t.space('workgroup')}) global "
-                                    f"[{plan.lds_bytes} x i8] poison, align {plan.lds_align}")
+            name = self.mod.ir.global_name(f"{plan.export}.lds")
+            self.lds = self.mod.ir.add_global(name, ll.array(plan.lds_bytes, ll.I8), t.space("workgroup"),
+                                              plan.lds_align)
         info = abi.kernel_abi(kernel, "amdgpu")
-        params = []
+        params: list[tuple[ll.Value, str]] = []
         body = kernel.region("body")
         for p, arg in zip(info.params, body.args):
-            name = "%" + self.fresh(p.name)
             if p.kind == "buffer":
-                params.append(f"{self.ptr_ty(t.space('global'))} noundef {name}")
-                self.bind(arg, Ref(name, t.space("global")))
+                ptr = b.argument(self.ptr_ty(t.space("global")), p.name)
+                params.append((ptr, "noundef"))
+                self.bind(arg, Ref(ptr))
                 continue
-            slot = self.slot_type(arg.type)
-            params.append(f"{slot} noundef {name}")
-            with self.at_entry():
-                self.bind(arg, self.from_slot(name, slot, arg.type))
+            slot = b.argument(self.slot_type(arg.type), p.name)
+            params.append((slot, "noundef"))
+            with b.at_entry():
+                self.bind(arg, self.from_slot(slot, arg.type))
         size = plan.workgroup_size
         if size is not None:
             flat = size[0] * size[1] * size[2]
             lo = hi = flat
         else:
             lo, hi = 1, plan.max_flat_workgroup_size
-        attrs = [a.format(flat_lo=lo, flat_hi=hi) for a in t.kernel_attributes] + list(t.function_attributes)
+        attrs = [ll.string_attribute(k, v.format(flat_lo=lo, flat_hi=hi)) for k, v in t.kernel_attributes]
+        attrs += [ll.string_attribute(k, v) for k, v in t.function_attributes]
         if size is not None:
-            attrs += [a.format(x=size[0], y=size[1], z=size[2]) for a in t.kernel_attributes_folded]
+            attrs += [ll.string_attribute(k, v.format(x=size[0], y=size[1], z=size[2]))
+                      for k, v in t.kernel_attributes_folded]
         else:
-            attrs += [a.format(flat_hi=hi) for a in t.kernel_attributes_dynamic]
-        group = self.mod.attributes(["nounwind", *attrs])
-        md = ""
-        if size is not None:
-            for item in t.kernel_metadata_folded:
-                kind, _, node = item.format(x=size[0], y=size[1], z=size[2]).partition(" ")
-                md += f" {kind} {self.mod.md(node)}"
+            attrs += [ll.string_attribute(k, v.format(flat_hi=hi)) for k, v in t.kernel_attributes_dynamic]
+        group = self.mod.ir.attributes(["nounwind", *attrs])
+        attached: ll.Attachments = ()
+        if size is not None and t.kernel_metadata_folded:
+            sizes = self.mod.ir.node(*(ll.const_int(ll.I32, n) for n in size))
+            attached = tuple((kind, sizes) for kind in t.kernel_metadata_folded)
         self.lower_body(body)
-        self.emit("ret void")
-        header = f"define {t.kernel_cc} void @{plan.export}({', '.join(params)}) {group}{md} {{"
-        self.mod.functions.append("\n".join([header, "entry:", *self.prologue, *self.lines, "}"]))
+        b.ret()
+        b.define("@" + plan.export, ll.VOID, params, group, cc=t.kernel_cc, attachments=attached)
 
-    def slot_type(self, t: Type) -> str:
+    def slot_type(self, t: Type) -> ll.Type:
         """The LLVM type of a scalar kernel argument slot (abi.SLOT_BYTES)."""
         size = abi.SLOT_BYTES[abi.type_name(t)]
         if size == 8:
-            return "double" if t is F64 else "i64"
-        return "float" if t is F32 else "i32"
+            return ll.DOUBLE if t is F64 else ll.I64
+        return ll.FLOAT if t is F32 else ll.I32
 
-    def from_slot(self, v: str, slot: str, t: Type) -> str:
-        if slot in ("float", "double"):
+    def from_slot(self, v: ll.Value, t: Type) -> ll.Value:
+        slot = v.type
+        if isinstance(slot, ll.FloatType):
             return v
-        bits = 64 if slot == "i64" else 32
+        bits = ll.bits_of(slot)
+        b = self.b
         if t is BF16:
-            return self.cast("bitcast", "i32", self.binop("shl", "i32", v, "16"), "float")
+            return b.cast("bitcast", b.binop("shl", v, ll.literal(ll.I32, 16)), ll.FLOAT)
         if t is F16:
-            return self.cast("bitcast", "i16", self.resize(v, 32, 16, False), "half")
+            return b.cast("bitcast", self.resize(v, 32, 16, False), ll.HALF)
         if t is INDEX:
             return self.resize(v, bits, self.t.index_bits, True)
         if t is OFFSET:
             return self.resize(v, bits, self.t.offset_bits, False)
         return self.resize(v, bits, t.bits, True)  # type: ignore[attr-defined]
 
-    def param_types(self, t: Type, space: int) -> list[str]:
-        if t is BUFFER:
-            return [self.ptr_ty(space)]
-        if is_view(t):
-            rank = len(t.dims)
-            return [self.ptr_ty(space)] + [self.off_ty] * rank
-        return [self.ty(t)]
-
-    def lower_device_function(self, callee: Operation, spaces: tuple[int, ...]) -> DeviceFunction:
+    def lower_device_function(self, callee: Operation, spaces: tuple[int, ...]) -> ll.Callee:
         body = callee.region("body")
         sym = callee.attr("sym")
-        suffix = "" if all(s == self.t.space("global") for s in spaces) else "." + ".".join(map(str, spaces))
-        if self.t.function_attributes:
-            suffix += f".wave{self.t.subgroup_size}"
-        name = self.mod.global_name(sym + suffix)
-        params: list[str] = []
-        types: list[str] = []
+        t, b = self.t, self.b
+        suffix = "" if all(s == t.space("global") for s in spaces) else "." + ".".join(map(str, spaces))
+        if t.function_attributes:
+            suffix += f".wave{t.subgroup_size}"
+        name = self.mod.ir.global_name(sym + suffix)
+        params: list[ll.Value] = []
         refs = iter(spaces)
         for arg in body.args:
-            if is_ref_type(arg.type):
-                space = next(refs)
-                ptr = "%" + self.fresh(arg.name)
-                params.append(f"{self.ptr_ty(space)} {ptr}")
-                types.append(self.ptr_ty(space))
-                if arg.type is BUFFER:
-                    self.bind(arg, Ref(ptr, space))
-                    continue
-                base = "%" + self.fresh(arg.name + ".base")
-                rank = len(arg.type.dims)  # type: ignore[attr-defined]
-                strides = ["%" + self.fresh(f"{arg.name}.stride{k}") for k in range(rank - 1)]
-                params += [f"{self.off_ty} {base}"] + [f"{self.off_ty} {s}" for s in strides]
-                types += [self.off_ty] * rank
-                self.bind(arg, Ref(ptr, space, base, (*strides, "1")))
-            else:
-                v = "%" + self.fresh(arg.name)
-                params.append(f"{self.ty(arg.type)} {v}")
-                types.append(self.ty(arg.type))
+            if not is_ref_type(arg.type):
+                v = b.argument(self.ty(arg.type), arg.name)
+                params.append(v)
                 self.bind(arg, v)
+                continue
+            ptr = b.argument(self.ptr_ty(next(refs)), arg.name)
+            params.append(ptr)
+            if arg.type is BUFFER:
+                self.bind(arg, Ref(ptr))
+                continue
+            base = b.argument(self.off_ty, arg.name + ".base")
+            rank = len(arg.type.dims)  # type: ignore[attr-defined]
+            strides = [b.argument(self.off_ty, f"{arg.name}.stride{k}") for k in range(rank - 1)]
+            params += [base, *strides]
+            self.bind(arg, Ref(ptr, base, (*strides, self.offset(1))))
         term = self.lower_body(body)
-        results = [self.val(v) for v in (term.operands if term is not None else [])]
-        comps: list[tuple[str, str]] = []
-        result_spaces = []
-        for v, r in zip(term.operands if term is not None else [], results):
-            if is_ref_type(v.type):
-                result_spaces.append(r.space)
-                comps += self.ref_components(r, v.type)
-            else:
-                comps.append((self.ty(v.type), r))
-        if not comps:
-            ret = "void"
-            self.emit("ret void")
-        elif len(comps) == 1:
-            ret = comps[0][0]
-            self.emit(f"ret {ret} {comps[0][1]}")
-        else:
-            ret = "{ " + ", ".join(c for c, _ in comps) + " }"
-            agg = "poison"
-            for i, (cty, cv) in enumerate(comps):
-                agg = self.inst(f"insertvalue {ret} {agg}, {cty} {cv}, {i}", "ret")
-            self.emit(f"ret {ret} {agg}")
-        attrs = ["nounwind", *self.t.function_attributes]
-        inlining = callee.attr("inlining", None)
+        comps: list[ll.Value] = []
+        for v in term.operands if term is not None else []:
+            comps += self.ref_components(self.val(v), v.type) if is_ref_type(v.type) else [self.val(v)]
+        ret = self.return_components(comps)
+        attrs = ["nounwind", *(ll.string_attribute(k, v) for k, v in t.function_attributes)]
+        inlining = callee.attr_or("inlining")
         if inlining == "inline":
             attrs.append("alwaysinline")
         elif inlining == "noinline":
             attrs.append("noinline")
-        group = self.mod.attributes(attrs)
-        header = f"define internal {ret} {name}({', '.join(params)}) {group} {{"
-        self.mod.functions.append("\n".join([header, "entry:", *self.prologue, *self.lines, "}"]))
-        rtypes = tuple(callee.signature().results)
-        return DeviceFunction(name, tuple(types), rtypes, tuple(result_spaces), ret)
+        group = self.mod.ir.attributes(attrs)
+        b.define(name, ret, [(p, "") for p in params], group, linkage="internal")
+        return ll.Callee(name, ret, [p.type for p in params], defined=True)
 
-    def ref_components(self, r: Ref, t: Type) -> list[tuple[str, str]]:
-        comps = [(self.ptr_ty(r.space), r.ptr)]
-        if is_view(t):
-            comps += [(self.off_ty, r.base)] + [(self.off_ty, s) for s in r.strides[:-1]]
-        return comps
+    def return_components(self, comps: list[ll.Value]) -> ll.Type:
+        """Return `comps` (one value, a struct of several, or nothing); the return type."""
+        b = self.b
+        if not comps:
+            b.ret()
+            return ll.VOID
+        if len(comps) == 1:
+            b.ret(comps[0])
+            return comps[0].type
+        ret = ll.struct_of(tuple(c.type for c in comps))
+        agg = ll.poison(ret)
+        for i, c in enumerate(comps):
+            agg = b.insertvalue(agg, c, i, "ret")
+        b.ret(agg)
+        return ret
+
+    def ref_components(self, r: Ref, t: Type) -> list[ll.Value]:
+        if not is_view(t):
+            return [r.ptr]
+        assert r.base is not None
+        return [r.ptr, r.base, *r.strides[:-1]]
+
+    def ref_from(self, t: Type, comps: list[ll.Value]) -> Ref:
+        """A ref of Loom type `t` from its components (`ref_components`)."""
+        if not is_view(t):
+            return Ref(comps[0])
+        return Ref(comps[0], comps[1], (*comps[2:], self.offset(1)))
 
     # ------------------------------------------------------------ regions
 
@@ -673,67 +489,55 @@ class FunctionLowering:
     def yielded(self, term: Operation | None) -> list[Any]:
         return [self.val(v) for v in term.operands] if term is not None else []
 
-    def merge(self, t: Type, incoming: list[tuple[Any, str, Pending | None]], hint: str) -> Any:
+    def merge(self, t: Type, incoming: list[tuple[Any, str, ll.PendingBranch | None]], hint: str) -> Any:
         """One value from several predecessors: a phi (per component for refs).
         Refs in different address spaces meet in the generic space, cast in
         each predecessor (whose branch is still pending)."""
+        b = self.b
         if not is_ref_type(t):
-            llty = self.ty(t)
-            return self.phi(llty, [(v, label) for v, label, _ in incoming], hint)
+            return b.phi([(v, label) for v, label, _ in incoming], hint)
         spaces = {v.space for v, _, _ in incoming}
         space = spaces.pop() if len(spaces) == 1 else self.t.space("generic")
         adjusted = []
         for v, label, pending in incoming:
             if v.space != space:
                 assert pending is not None
-                name = "%" + self.fresh(hint + ".flat")
-                pending.pre.append(f"{name} = addrspacecast {self.ptr_ty(v.space)} {v.ptr} to {self.ptr_ty(space)}")
-                v = replace(v, ptr=name, space=space)
+                v = replace(v, ptr=b.cast_before(pending, "addrspacecast", v.ptr, self.ptr_ty(space), hint + ".flat"))
             adjusted.append((v, label))
-        ptr = self.phi(self.ptr_ty(space), [(v.ptr, label) for v, label in adjusted], hint)
+        ptr = b.phi([(v.ptr, label) for v, label in adjusted], hint)
         if not is_view(t):
-            return Ref(ptr, space)
-        base = self.phi(self.off_ty, [(v.base, label) for v, label in adjusted], hint + ".base")
-        rank = len(t.dims)
-        strides = tuple(self.phi(self.off_ty, [(v.strides[k], label) for v, label in adjusted], hint + ".stride")
+            return Ref(ptr)
+        base = b.phi([(v.base, label) for v, label in adjusted], hint + ".base")
+        rank = len(t.dims)  # type: ignore[attr-defined]
+        strides = tuple(b.phi([(v.strides[k], label) for v, label in adjusted], hint + ".stride")
                         for k in range(rank - 1))
-        return Ref(ptr, space, base, (*strides, "1"))
+        return Ref(ptr, base, (*strides, self.offset(1)))
 
-    def phi(self, llty: str, incoming: list[tuple[str, str]], hint: str) -> str:
-        if len({v for v, _ in incoming}) == 1:
-            return incoming[0][0]
-        return self.inst(f"phi {llty} " + ", ".join(f"[ {v}, %{label} ]" for v, label in incoming), hint)
-
-    def carried_slots(self, types: list[Type], inits: list[Any], generic: set[int], hint: str, defer: bool = True
-                      ) -> tuple[list[Any], list[tuple[int, str, str, str]]]:
-        """Header values for loop-carried values: a phi name per component,
-        placed by `place_slots` and written by `fill_carried` after the body."""
+    def carried_phis(self, types: list[Type], inits: list[Any], generic: set[int], hint: str
+                     ) -> tuple[list[Any], Carried]:
+        """Header values for loop-carried values: a phi per component, placed
+        by `place_phis` and filled by `fill_carried` after the body."""
         values: list[Any] = []
-        slots: list[tuple[int, str, str, str]] = []
+        phis: Carried = []
 
-        def slot(llty: str, h: str) -> str:
-            name = "%" + self.fresh(h)
-            slots.append((-1, llty, name, h))
-            return name
+        def phi(t: ll.Type, h: str) -> ll.Value:
+            p = self.b.phi_later(t, h)
+            phis.append(p)
+            return p.value
 
         for i, (t, init) in enumerate(zip(types, inits)):
             if not is_ref_type(t):
-                values.append(slot(self.ty(t), hint))
+                values.append(phi(self.ty(t), hint))
                 continue
             space = self.t.space("generic") if i in generic else init.space
-            ptr = slot(self.ptr_ty(space), hint)
+            ptr = phi(self.ptr_ty(space), hint)
             if is_view(t):
-                base = slot(self.off_ty, hint + ".base")
-                strides = tuple(slot(self.off_ty, hint + ".stride") for _ in range(len(t.dims) - 1))
-                values.append(Ref(ptr, space, base, (*strides, "1")))
+                base = phi(self.off_ty, hint + ".base")
+                strides = tuple(phi(self.off_ty, hint + ".stride") for _ in range(len(t.dims) - 1))
+                values.append(Ref(ptr, base, (*strides, self.offset(1))))
             else:
-                values.append(Ref(ptr, space))
-        return values, slots
-
-    def place_slots(self, slots: list[tuple[int, str, str, str]]) -> None:
-        for k, (_, llty, name, h) in enumerate(slots):
-            slots[k] = (len(self.lines), llty, name, h)
-            self.lines.append("")
+                values.append(Ref(ptr))
+        return values, phis
 
     def coerce(self, values: list[Any], types: list[Type], header: list[Any]) -> tuple[list[Any], set[int]]:
         """Carried values on their way into a loop header, cast here to the
@@ -748,61 +552,31 @@ class FunctionLowering:
                 if header[i].space != generic:
                     bad.add(i)
                 else:
-                    ptr = self.cast("addrspacecast", self.ptr_ty(v.space), v.ptr, self.ptr_ty(generic))
-                    v = replace(v, ptr=ptr, space=generic)
+                    v = replace(v, ptr=self.b.cast("addrspacecast", v.ptr, self.ptr_ty(generic)))
             out.append(v)
         return out, bad
 
-    def fill_carried(self, slots: list[tuple[int, str, str, str]], types: list[Type],
-                     edges: list[tuple[list[Any], str]]) -> None:
-        """Write the header phis of loop-carried values."""
-        per_edge: list[list[str]] = []
+    def fill_carried(self, phis: Carried, types: list[Type], edges: list[tuple[list[Any], str]]) -> None:
+        """The incoming values of the header phis of loop-carried values."""
+        per_edge: list[list[ll.Value]] = []
         for values, _ in edges:
-            comps: list[str] = []
+            comps: list[ll.Value] = []
             for t, v in zip(types, values):
-                if is_ref_type(t):
-                    comps += [v.ptr] + ([v.base, *v.strides[:-1]] if is_view(t) else [])
-                else:
-                    comps.append(v)
+                comps += self.ref_components(v, t) if is_ref_type(t) else [v]
             per_edge.append(comps)
-        for k, (index, llty, name, _) in enumerate(slots):
-            incoming = ", ".join(f"[ {comps[k]}, %{label} ]" for comps, (_, label) in zip(per_edge, edges))
-            self.lines[index] = f"  {name} = phi {llty} {incoming}"
-
-
-def _split_args(text: str) -> list[str]:
-    """Split a call's argument list at top-level commas."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "(<[{":
-            depth += 1
-        elif ch in ")>]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return parts
+        for k, phi in enumerate(phis):
+            phi.incoming = [(comps[k], label) for comps, (_, label) in zip(per_edge, edges)]
 
 
 # ---------------------------------------------------------------- op handlers
 
-HANDLERS: dict[str, Any] = {}
-
-
-def handles(*names: str):
-    def register(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return register
+Handler = Callable[[FunctionLowering, Operation], None]
+HANDLERS: OpTable[Handler] = OpTable("emit.llvm.lower.HANDLERS")
+handles = HANDLERS.register
 
 
 def _flags(op: Operation) -> str:
-    return " ".join(op.attr_or("flags", ()))
+    return " ".join(op.attr_or("flags") or ())
 
 
 def _result(fl: FunctionLowering, op: Operation, v: Any) -> None:
@@ -811,6 +585,10 @@ def _result(fl: FunctionLowering, op: Operation, v: Any) -> None:
 
 def _hint(op: Operation) -> str:
     return op.results[0].name if op.results and op.results[0].name else "t"
+
+
+def _operands(fl: FunctionLowering, op: Operation) -> list[Any]:
+    return [fl.val(v) for v in op.operands]
 
 
 @handles("index.constant", "scalar.constant", "vector.constant")
@@ -829,9 +607,9 @@ def _config_get(fl: FunctionLowering, op: Operation) -> None:
 @handles("target.subgroup.size", "kernel.subgroup.size")
 def _subgroup_size(fl: FunctionLowering, op: Operation) -> None:
     if fl.t.subgroup_size is not None:
-        _result(fl, op, str(fl.t.subgroup_size))
+        _result(fl, op, fl.index(fl.t.subgroup_size))
         return
-    _result(fl, op, fl.coordinate("subgroup.size"))
+    _result(fl, op, coordinate(fl, "subgroup.size"))
 
 
 # ---- index
@@ -865,77 +643,75 @@ def _index_flags(t: Type) -> str:
     return "nuw nsw" if t is OFFSET else "nsw"
 
 
-@handles("index.add", "index.sub", "index.mul")
-def _index_arith(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.binop(op.name[6:], fl.ty(t), a, b, _index_flags(t), _hint(op)))
+def _index_binary(opcode: str, overflow: bool) -> Handler:
+    """An index op that is one LLVM binary instruction (with `nsw`/`nuw` where it may overflow)."""
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        a, b = _operands(fl, op)
+        flags = _index_flags(op.results[0].type) if overflow else ""
+        _result(fl, op, fl.b.binop(opcode, a, b, flags, _hint(op)))
+    return lower
 
 
-@handles("index.div", "index.rem")
-def _index_div(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.binop("udiv" if op.name == "index.div" else "urem", fl.ty(t), a, b, hint=_hint(op)))
+for _name, _opcode, _overflow in (("add", "add", True), ("sub", "sub", True), ("mul", "mul", True),
+                                  ("div", "udiv", False), ("rem", "urem", False), ("andi", "and", False),
+                                  ("ori", "or", False), ("xori", "xor", False)):
+    HANDLERS[f"index.{_name}"] = _index_binary(_opcode, _overflow)
 
 
-@handles("index.min", "index.max")
-def _index_minmax(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    name = ("s" if t is INDEX else "u") + op.name[6:]
-    _result(fl, op, fl.intrinsic(name, fl.ty(t), [fl.val(v) for v in op.operands], hint=_hint(op)))
+def _index_minmax(kind: str) -> Handler:
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        t = op.results[0].type
+        name = ("s" if t is INDEX else "u") + kind
+        _result(fl, op, fl.intrinsic(name, fl.ty(t), _operands(fl, op), hint=_hint(op)))
+    return lower
 
 
-@handles("index.andi", "index.ori", "index.xori")
-def _index_bits(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.binop(op.name[6:-1], fl.ty(t), a, b, hint=_hint(op)))
+HANDLERS["index.min"] = _index_minmax("min")
+HANDLERS["index.max"] = _index_minmax("max")
 
 
-@handles("index.shli", "index.shrsi", "index.shrui")
-def _index_shift(fl: FunctionLowering, op: Operation) -> None:
+def _index_shift(kind: str) -> Handler:
     """Shifts take 0 <= b <= 63 on the 64-bit value (LANGUAGE.md 7.1). An index
     held narrower shifts left or arithmetically right by at most width-1 (a
     larger amount only gives a representable result for 0, or the sign);
     `shrui` shifts the sign-extended 64-bit pattern."""
-    t = op.results[0].type
-    llty = fl.ty(t)
-    bits = _int_bits(fl, t)
-    a, b = (fl.val(v) for v in op.operands)
-    kind = op.name[6:]
-    if kind == "shrui" and bits < 64:
-        wide = fl.resize(a, bits, 64, signed=True)
-        shifted = fl.binop("lshr", "i64", wide, fl.resize(b, bits, 64, signed=False))
-        _result(fl, op, fl.resize(shifted, 64, bits, signed=False))
-        return
-    if bits < 64:
-        b = fl.intrinsic("umin", llty, [b, str(bits - 1)])
-    if kind == "shli":
-        _result(fl, op, fl.binop("shl", llty, a, b, _index_flags(t), _hint(op)))
-    else:
-        _result(fl, op, fl.binop("ashr" if kind == "shrsi" else "lshr", llty, a, b, hint=_hint(op)))
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        t = op.results[0].type
+        bits = _int_bits(fl, t)
+        a, b = _operands(fl, op)
+        if kind == "lshr" and bits < 64:
+            wide = fl.resize(a, bits, 64, signed=True)
+            shifted = fl.b.binop("lshr", wide, fl.resize(b, bits, 64, signed=False))
+            _result(fl, op, fl.resize(shifted, 64, bits, signed=False))
+            return
+        if bits < 64:
+            b = fl.intrinsic("umin", fl.ty(t), [b, ll.literal(fl.ty(t), bits - 1)])
+        _result(fl, op, fl.b.binop(kind, a, b, _index_flags(t) if kind == "shl" else "", _hint(op)))
+    return lower
+
+
+HANDLERS["index.shli"] = _index_shift("shl")
+HANDLERS["index.shrsi"] = _index_shift("ashr")
+HANDLERS["index.shrui"] = _index_shift("lshr")
 
 
 @handles("index.madd")
 def _index_madd(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b, c = (fl.val(v) for v in op.operands)
-    m = fl.binop("mul", fl.ty(t), a, b, _index_flags(t))
-    _result(fl, op, fl.binop("add", fl.ty(t), m, c, _index_flags(t), _hint(op)))
+    flags = _index_flags(op.results[0].type)
+    a, b, c = _operands(fl, op)
+    _result(fl, op, fl.b.binop("add", fl.b.binop("mul", a, b, flags), c, flags, _hint(op)))
 
 
 @handles("index.scale")
 def _index_scale(fl: FunctionLowering, op: Operation) -> None:
-    i, s = (fl.val(v) for v in op.operands)
+    i, s = _operands(fl, op)
     _result(fl, op, fl.mul64(fl.to_offset(i), s))
 
 
 @handles("index.cmp", "scalar.cmpi")
 def _icmp(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operand("lhs").type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.inst(f"icmp {op.attr('predicate')} {fl.ty(t)} {a}, {b}", _hint(op)))
+    a, b = _operands(fl, op)
+    _result(fl, op, fl.b.icmp(op.attr("predicate"), a, b, _hint(op)))
 
 
 @handles("index.assume", "buffer.assume.memory_space")
@@ -950,84 +726,72 @@ def _noalias(fl: FunctionLowering, op: Operation) -> None:
     result in a fresh domain; an access names its scope and the others'."""
     mod = fl.mod
     mod.noalias_groups += 1
-    domain = mod.distinct_md(f'!"loom.noalias.{mod.noalias_groups}"')
-    scopes = [mod.distinct_md(f'{domain}, !"{r.name}"') for r in op.results]
+    domain = mod.ir.distinct_node(ll.MDString(f"loom.noalias.{mod.noalias_groups}"))
+    scopes = [mod.ir.distinct_node(domain, ll.MDString(r.name)) for r in op.results]
     for i, (r, v) in enumerate(zip(op.results, op.operands)):
-        own = mod.md("!{" + scopes[i] + "}")
-        others = mod.md("!{" + ", ".join(s for j, s in enumerate(scopes) if j != i) + "}")
-        fl.bind(r, replace(fl.val(v), alias=f", !alias.scope {own}, !noalias {others}"))
+        own = mod.ir.node(scopes[i])
+        others = mod.ir.node(*(s for j, s in enumerate(scopes) if j != i))
+        fl.bind(r, replace(fl.val(v), alias=(("alias.scope", own), ("noalias", others))))
 
 
 @handles("buffer.assume.alignment")
 def _assume_alignment(fl: FunctionLowering, op: Operation) -> None:
     ref: Ref = fl.val(op.operand("buffer"))
-    align = op.attr("dict", {}).get("minimum_alignment", 1)
-    fl.mod.declare("llvm.assume", "void", ["i1 noundef"])
-    fl.emit(f'call void @llvm.assume(i1 true) [ "align"({fl.ptr_ty(ref.space)} {ref.ptr}, i64 {align}) ]')
+    fl.b.assume_alignment(ref.ptr, op.attr("dict", {}).get("minimum_alignment", 1))
     _result(fl, op, ref)
 
 
 # ---- scalar
 
 
-@handles(*(f"scalar.{n}" for n in INT_BINARY))
-def _int_binary(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.binop(INT_BINARY[op.name[7:]], fl.ty(t), a, b, _flags(op), _hint(op)))
+def _binary(opcode: str) -> Handler:
+    """One LLVM binary instruction, the op's flags (`nsw`, fast-math) on it."""
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        a, b = _operands(fl, op)
+        _result(fl, op, fl.b.binop(opcode, a, b, _flags(op), _hint(op)))
+    return lower
 
 
-@handles(*(f"scalar.{n}" for n in INT_MINMAX))
-def _int_minmax(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    _result(fl, op, fl.intrinsic(INT_MINMAX[op.name[7:]], fl.ty(t), [fl.val(v) for v in op.operands],
-                                 hint=_hint(op)))
+def _overloaded(name: str) -> Handler:
+    """One overloaded intrinsic `llvm.<name>.<type>` (flags on the call)."""
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        _result(fl, op, fl.intrinsic(name, fl.ty(op.results[0].type), _operands(fl, op), _flags(op), _hint(op)))
+    return lower
 
 
-@handles(*(f"scalar.{n}" for n in FLOAT_BINARY), *(f"vector.{n}" for n in ("addf", "mulf")))
-def _float_binary(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    name = op.name.split(".")[1]
-    _result(fl, op, fl.binop(FLOAT_BINARY[name], fl.ty(t), a, b, _flags(op), _hint(op)))
+for _kind, _opcode in INT_BINARY.items():
+    HANDLERS[f"scalar.{_kind}"] = _binary(_opcode)
+for _kind, _opcode in FLOAT_BINARY.items():
+    HANDLERS[f"scalar.{_kind}"] = _binary(_opcode)
+for _kind, _name in INT_MINMAX.items():
+    HANDLERS[f"scalar.{_kind}"] = _overloaded(_name)
+for _kind, _name in FLOAT_MINMAX.items():
+    HANDLERS[f"scalar.{_kind}"] = _overloaded(_name)
+# The transcendental functions reach this point only where the profile lists
+# them as native (`Profile.native_math`); `expand-math` legalized the others
+# into Loom ops, so each op here is one intrinsic.
+for _kind, _name in UNARY_MATH.items():
+    HANDLERS[f"scalar.{_kind}"] = _overloaded(_name)
+HANDLERS["scalar.fmaf"] = HANDLERS["vector.fmaf"] = _overloaded("fma")
+HANDLERS["scalar.powf"] = _overloaded("pow")
+HANDLERS["vector.addf"] = _binary("fadd")
+HANDLERS["vector.mulf"] = _binary("fmul")
 
 
-@handles("vector.addi", "vector.muli")
-def _vector_int(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    a, b = (fl.val(v) for v in op.operands)
-    _result(fl, op, fl.binop("add" if op.name == "vector.addi" else "mul", fl.ty(t), a, b, hint=_hint(op)))
+def _vector_int(opcode: str) -> Handler:
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        a, b = _operands(fl, op)
+        _result(fl, op, fl.b.binop(opcode, a, b, hint=_hint(op)))
+    return lower
 
 
-@handles(*(f"scalar.{n}" for n in FLOAT_MINMAX))
-def _float_minmax(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    _result(fl, op, fl.intrinsic(FLOAT_MINMAX[op.name[7:]], fl.ty(t), [fl.val(v) for v in op.operands],
-                                 _flags(op), _hint(op)))
-
-
-@handles("scalar.fmaf", "vector.fmaf")
-def _fma(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    args = [fl.val(v) for v in op.operands]
-    _result(fl, op, fl.intrinsic("fma", fl.ty(t), args, _flags(op), _hint(op)))
+HANDLERS["vector.addi"] = _vector_int("add")
+HANDLERS["vector.muli"] = _vector_int("mul")
 
 
 @handles("scalar.negf")
 def _negf(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    flags = _flags(op)
-    _result(fl, op, fl.inst(f"fneg {flags + ' ' if flags else ''}{fl.ty(t)} {fl.val(op.operand('value'))}", _hint(op)))
-
-
-# The transcendental functions reach this point only where the profile lists
-# them as native (`Profile.native_math`); `expand-math` legalized the others
-# into Loom ops, so each op here is one intrinsic.
-@handles(*(f"scalar.{n}" for n in UNARY_MATH))
-def _unary_math(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    fn = UNARY_MATH[op.name[7:]]
-    _result(fl, op, fl.intrinsic(fn, fl.ty(t), [fl.val(op.operand("value"))], _flags(op), _hint(op)))
+    _result(fl, op, fl.b.fneg(fl.val(op.operand("value")), _flags(op), _hint(op)))
 
 
 @handles("scalar.rsqrtf")
@@ -1036,49 +800,33 @@ def _rsqrt(fl: FunctionLowering, op: Operation) -> None:
     llty = fl.ty(t)
     flags = _flags(op)
     root = fl.intrinsic("sqrt", llty, [fl.val(op.operand("value"))], flags)
-    one = float_literal(llty, t, 1.0)
-    _result(fl, op, fl.binop("fdiv", llty, one, root, flags, _hint(op)))
-
-
-@handles("scalar.powf")
-def _pow(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    _result(fl, op, fl.intrinsic("pow", fl.ty(t), [fl.val(v) for v in op.operands], _flags(op)))
+    _result(fl, op, fl.b.binop("fdiv", float_constant(llty, t, 1.0), root, flags, _hint(op)))
 
 
 @handles("scalar.cmpf")
 def _fcmp(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operand("lhs").type
-    a, b = (fl.val(v) for v in op.operands)
-    flags = _flags(op)
-    _result(fl, op, fl.inst(f"fcmp {flags + ' ' if flags else ''}{op.attr('predicate')} {fl.ty(t)} {a}, {b}",
-                            _hint(op)))
+    a, b = _operands(fl, op)
+    _result(fl, op, fl.b.fcmp(op.attr("predicate"), a, b, _flags(op), _hint(op)))
 
 
-@handles("scalar.sitofp", "scalar.uitofp")
-def _int_to_float(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operand("value").type, op.result().type
-    _result(fl, op, fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
+def _cast(opcode: str) -> Handler:
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        dst = fl.ty(op.result().type)
+        _result(fl, op, fl.b.cast(opcode, fl.val(op.operand("value")), dst, _hint(op)))
+    return lower
 
 
-@handles("scalar.fptosi", "scalar.fptoui")
-def _float_to_int(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operand("value").type, op.result().type
-    _result(fl, op, fl.cast(op.name[7:], fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
+for _kind, _opcode in (("sitofp", "sitofp"), ("uitofp", "uitofp"), ("fptosi", "fptosi"), ("fptoui", "fptoui"),
+                       ("extsi", "sext"), ("extui", "zext"), ("trunci", "trunc")):
+    HANDLERS[f"scalar.{_kind}"] = _cast(_opcode)
 
 
-_FLOAT_RANK = {"half": 1, "float": 2, "double": 3}
-
-
-def convert_float(fl: FunctionLowering, v: str, src: Type, dst: Type) -> str:
+def convert_float(fl: FunctionLowering, v: ll.Value, src: Type, dst: Type) -> ll.Value:
     """A float of type `src` as `dst`: bf16 goes through float and is
     rounded there (f64 -> bf16 rounds to f32 first, as the folder does)."""
     s, d = fl.ty(src), fl.ty(dst)
-    if s != d:
-        if src is F16 and dst is BF16:
-            v = fl.cast("fpext", s, v, d)
-        else:
-            v = fl.cast("fpext" if _FLOAT_RANK[s] < _FLOAT_RANK[d] else "fptrunc", s, v, d)
+    if s is not d:
+        v = fl.b.cast("fpext" if s.bits < d.bits else "fptrunc", v, d)  # type: ignore[attr-defined]
     if dst is BF16 and src is not BF16:
         v = fl.round_bf16(v)
     return v
@@ -1090,45 +838,40 @@ def _float_cast(fl: FunctionLowering, op: Operation) -> None:
     _result(fl, op, convert_float(fl, fl.val(value), value.type, op.result().type))
 
 
-@handles("scalar.extsi", "scalar.extui", "scalar.trunci")
-def _int_cast(fl: FunctionLowering, op: Operation) -> None:
-    src, dst = op.operand("value").type, op.result().type
-    kind = {"extsi": "sext", "extui": "zext", "trunci": "trunc"}[op.name[7:]]
-    _result(fl, op, fl.cast(kind, fl.ty(src), fl.val(op.operand("value")), fl.ty(dst), _hint(op)))
-
-
 @handles("scalar.bitcast")
 def _bitcast(fl: FunctionLowering, op: Operation) -> None:
     src, dst = op.operand("value").type, op.result().type
     v = fl.val(op.operand("value"))
+    b = fl.b
+    sixteen = ll.literal(ll.I32, 16)
     if src is BF16:  # float holding a bf16 value -> its 16 bits
-        bits = fl.binop("lshr", "i32", fl.cast("bitcast", "float", v, "i32"), "16")
-        v, src = fl.resize(bits, 32, 16, False), ScalarType("i16", "int", 16)
+        v = fl.resize(b.binop("lshr", b.cast("bitcast", v, ll.I32), sixteen), 32, 16, False)
     if dst is BF16:
         wide = fl.resize(v, 16, 32, False)
-        _result(fl, op, fl.cast("bitcast", "i32", fl.binop("shl", "i32", wide, "16"), "float", _hint(op)))
+        _result(fl, op, b.cast("bitcast", b.binop("shl", wide, sixteen), ll.FLOAT, _hint(op)))
         return
-    _result(fl, op, fl.cast("bitcast", fl.ty(src), v, fl.ty(dst), _hint(op)))
+    _result(fl, op, b.cast("bitcast", v, fl.ty(dst), _hint(op)))
 
 
 @handles("scf.select")
 def _select(fl: FunctionLowering, op: Operation) -> None:
-    c, a, b = (fl.val(v) for v in op.operands)
+    c, x, y = _operands(fl, op)
     t = op.results[0].type
+    b = fl.b
     if not is_ref_type(t):
-        _result(fl, op, fl.select(c, fl.ty(t), a, b))
+        _result(fl, op, b.select(c, x, y))
         return
-    if a.space != b.space:
-        generic = fl.t.space("generic")
-        a = replace(a, ptr=fl.cast("addrspacecast", fl.ptr_ty(a.space), a.ptr, fl.ptr_ty(generic)), space=generic)
-        b = replace(b, ptr=fl.cast("addrspacecast", fl.ptr_ty(b.space), b.ptr, fl.ptr_ty(generic)), space=generic)
-    ptr = fl.select(c, fl.ptr_ty(a.space), a.ptr, b.ptr)
+    if x.space != y.space:
+        generic = fl.ptr_ty(fl.t.space("generic"))
+        x = replace(x, ptr=b.cast("addrspacecast", x.ptr, generic))
+        y = replace(y, ptr=b.cast("addrspacecast", y.ptr, generic))
+    ptr = b.select(c, x.ptr, y.ptr)
     if not is_view(t):
-        _result(fl, op, Ref(ptr, a.space))
+        _result(fl, op, Ref(ptr))
         return
-    base = fl.select(c, fl.off_ty, a.base, b.base)
-    strides = tuple(fl.select(c, fl.off_ty, x, y) for x, y in zip(a.strides, b.strides))
-    _result(fl, op, Ref(ptr, a.space, base, strides))
+    base = b.select(c, x.base, y.base)
+    strides = tuple(b.select(c, p, q) for p, q in zip(x.strides, y.strides))
+    _result(fl, op, Ref(ptr, base, strides))
 
 
 # ---- control flow
@@ -1136,158 +879,137 @@ def _select(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("scf.if")
 def _if(fl: FunctionLowering, op: Operation) -> None:
+    b = fl.b
     cond = fl.val(op.operand("condition"))
-    then_label = fl.fresh("if.then")
-    merge_label = fl.fresh("if.end")
+    then_label = b.fresh("if.then")
+    merge_label = b.fresh("if.end")
     else_region = op.region("else")
     has_else = bool(op.results) or any(not o.opdef.has(TERMINATOR) for o in else_region.ops)
-    else_label = fl.fresh("if.else") if has_else else merge_label
-    fl.emit(f"br i1 {cond}, label %{then_label}, label %{else_label}")
-    fl.start_block(then_label)
+    else_label = b.fresh("if.else") if has_else else merge_label
+    b.cond_br(cond, then_label, else_label)
+    b.start_block(then_label)
     then_values = fl.yielded(fl.lower_body(op.region("then")))
-    then_end, then_br = fl.block, fl.branch(merge_label)
+    incoming = [(then_values, b.block, b.pending_br(merge_label))]
     if has_else:
-        fl.start_block(else_label)
+        b.start_block(else_label)
         else_values = fl.yielded(fl.lower_body(else_region))
-        else_end, else_br = fl.block, fl.branch(merge_label)
-    fl.start_block(merge_label)
+        incoming.append((else_values, b.block, b.pending_br(merge_label)))
+    b.start_block(merge_label)
     for i, r in enumerate(op.results):
-        incoming = [(then_values[i], then_end, then_br), (else_values[i], else_end, else_br)]
-        fl.bind(r, fl.merge(r.type, incoming, r.name or "if"))
-    fl.finish(then_br)
-    if has_else:
-        fl.finish(else_br)
+        fl.bind(r, fl.merge(r.type, [(values[i], end, br) for values, end, br in incoming], r.name or "if"))
 
 
 @handles("scf.for")
 def _for(fl: FunctionLowering, op: Operation) -> None:
+    b = fl.b
     lo, hi, step = (fl.val(op.operand(name)) for name in ("lower", "upper", "step"))
     body = op.region("body")
     iv_t = op.operand("lower").type
     carried_t = [a.type for a in body.args[1:]]
     generic: set[int] = set()
-    mark, pre0 = len(fl.lines), fl.block
+    mark = b.mark()
     while True:
         inits = [fl.val(v) for v in op.operand_group("inits")]
-        header, body_label, exit_label = fl.fresh("for.cond"), fl.fresh("for.body"), fl.fresh("for.end")
-        values, slots = fl.carried_slots(carried_t, inits, generic, "carried", defer=True)
+        header, body_label, exit_label = b.fresh("for.cond"), b.fresh("for.body"), b.fresh("for.end")
+        values, phis = fl.carried_phis(carried_t, inits, generic, "carried")
         inits, _ = fl.coerce(inits, carried_t, values)
-        pre = fl.block
-        fl.emit(f"br label %{header}")
-        fl.start_block(header)
-        fl.place_slots(slots)
-        iv_slot = len(fl.lines)
-        fl.lines.append("")
-        iv = "%" + fl.fresh(body.args[0].name or "iv")
-        cmp = "ult" if iv_t is OFFSET else "slt"
-        c = fl.inst(f"icmp {cmp} {fl.ty(iv_t)} {iv}, {hi}", "for.cmp")
-        fl.emit(f"br i1 {c}, label %{body_label}, label %{exit_label}")
-        fl.start_block(body_label)
-        fl.bind(body.args[0], iv)
+        pre = b.block
+        b.br(header)
+        b.start_block(header)
+        for phi in phis:
+            b.place(phi)
+        iv = b.phi_later(fl.ty(iv_t), body.args[0].name or "iv")
+        b.place(iv)
+        c = b.icmp("ult" if iv_t is OFFSET else "slt", iv.value, hi, "for.cmp")
+        b.cond_br(c, body_label, exit_label)
+        b.start_block(body_label)
+        fl.bind(body.args[0], iv.value)
         for a, v in zip(body.args[1:], values):
             fl.bind(a, v)
         yields = fl.yielded(fl.lower_body(body))
         yields, bad = fl.coerce(yields, carried_t, values)
-        nxt = fl.binop("add", fl.ty(iv_t), iv, step, _index_flags(iv_t), "for.next")
-        latch = fl.block
-        fl.emit(f"br label %{header}")
+        nxt = b.binop("add", iv.value, step, _index_flags(iv_t), "for.next")
+        latch = b.block
+        b.br(header)
         if not bad:
             break
         generic |= bad
-        del fl.lines[mark:]
-        fl.block = pre0
-    fl.fill_carried(slots, carried_t, [(inits, pre), (yields, latch)])
-    fl.lines[iv_slot] = f"  {iv} = phi {fl.ty(iv_t)} [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"
-    fl.start_block(exit_label)
+        b.rewind(mark)
+    fl.fill_carried(phis, carried_t, [(inits, pre), (yields, latch)])
+    iv.incoming = [(lo, pre), (nxt, latch)]
+    b.start_block(exit_label)
     for r, v in zip(op.results, values):
         fl.bind(r, v)
 
 
 @handles("scf.while")
 def _while(fl: FunctionLowering, op: Operation) -> None:
+    b = fl.b
     before, after = op.region("before"), op.region("after")
     carried_t = [a.type for a in before.args]
     generic: set[int] = set()
-    mark, pre0 = len(fl.lines), fl.block
+    mark = b.mark()
     while True:
         inits = [fl.val(v) for v in op.operand_group("inits")]
-        head, do_label, exit_label = fl.fresh("while.cond"), fl.fresh("while.body"), fl.fresh("while.end")
-        values, slots = fl.carried_slots(carried_t, inits, generic, "carried", defer=True)
+        head, do_label, exit_label = b.fresh("while.cond"), b.fresh("while.body"), b.fresh("while.end")
+        values, phis = fl.carried_phis(carried_t, inits, generic, "carried")
         inits, _ = fl.coerce(inits, carried_t, values)
-        pre = fl.block
-        fl.emit(f"br label %{head}")
-        fl.start_block(head)
-        fl.place_slots(slots)
+        pre = b.block
+        b.br(head)
+        b.start_block(head)
+        for phi in phis:
+            b.place(phi)
         for a, v in zip(before.args, values):
             fl.bind(a, v)
         cond_op = fl.lower_body(before)
-        if cond_op is None or cond_op.name != "scf.condition":
+        if cond_op is None or cond_op.name != op.opdef.regions[0].terminator:
             raise fl.error(op, "the before region must end in scf.condition")
         c, *forwarded = fl.yielded(cond_op)
-        fl.emit(f"br i1 {c}, label %{do_label}, label %{exit_label}")
-        fl.start_block(do_label)
+        b.cond_br(c, do_label, exit_label)
+        b.start_block(do_label)
         for a, v in zip(after.args, forwarded):
             fl.bind(a, v)
         yields = fl.yielded(fl.lower_body(after))
         yields, bad = fl.coerce(yields, carried_t, values)
-        latch = fl.block
-        fl.emit(f"br label %{head}")
+        latch = b.block
+        b.br(head)
         if not bad:
             break
         generic |= bad
-        del fl.lines[mark:]
-        fl.block = pre0
-    fl.fill_carried(slots, carried_t, [(inits, pre), (yields, latch)])
-    fl.start_block(exit_label)
+        b.rewind(mark)
+    fl.fill_carried(phis, carried_t, [(inits, pre), (yields, latch)])
+    b.start_block(exit_label)
     for r, v in zip(op.results, forwarded):
         fl.bind(r, v)
 
 
-@handles(*CALLS)
+@handles("func.call", "template.call")
 def _call(fl: FunctionLowering, op: Operation) -> None:
     callee = fl.mod.symbols.get(op.attr("callee"))
-    if callee is None or callee.name not in ("func.def", "template.def"):
+    if callee is None or not callee.opdef.regions:
         raise fl.error(op, f"@{op.attr('callee')} has no definition in the compiled module")
-    args = [fl.val(v) for v in op.operands]
+    args = _operands(fl, op)
     spaces = tuple(a.space for v, a in zip(op.operands, args) if is_ref_type(v.type))
     fn = fl.mod.device_function(callee, spaces, fl.t)
-    actuals: list[str] = []
+    actuals: list[ll.Value] = []
     for v, a in zip(op.operands, args):
-        if is_ref_type(v.type):
-            actuals.append(a.ptr)
-            if is_view(v.type):
-                actuals += [a.base, *a.strides[:-1]]
-        else:
-            actuals.append(a)
+        actuals += fl.ref_components(a, v.type) if is_ref_type(v.type) else [a]
     inlining = op.attr_or("inlining")
-    suffix = ""
-    if inlining:
-        suffix = " " + fl.mod.attributes(["alwaysinline" if inlining == "inline" else "noinline"])
-    args_text = ", ".join(f"{t} {a}" for t, a in zip(fn.params, actuals))
-    if fn.ret == "void":
-        fl.emit(f"call void {fn.name}({args_text}){suffix}")
+    group = fl.mod.ir.attributes(["alwaysinline" if inlining == "inline" else "noinline"]) if inlining else ""
+    r = fl.b.call(fn, actuals, hint=_hint(op) if op.results else "call", attributes=group)
+    if r is None:
         return
-    r = fl.inst(f"call {fn.ret} {fn.name}({args_text}){suffix}", _hint(op) if op.results else "call")
-    comps: list[str]
-    if not fn.ret.startswith("{"):
-        comps = [r]
+    ret = fn.ret
+    if isinstance(ret, ll.StructType):
+        comps = iter([fl.b.extractvalue(r, i) for i in range(len(ret.elements))])
     else:
-        n = fn.ret.count(",") + 1
-        comps = [fl.inst(f"extractvalue {fn.ret} {r}, {i}") for i in range(n)]
-    it = iter(comps)
-    spaces_it = iter(fn.result_spaces)
+        comps = iter([r])
     for res in op.results:
-        if is_ref_type(res.type):
-            space = next(spaces_it)
-            ptr = next(it)
-            if is_view(res.type):
-                base = next(it)
-                strides = tuple(next(it) for _ in range(len(res.type.dims) - 1))
-                fl.bind(res, Ref(ptr, space, base, (*strides, "1")))
-            else:
-                fl.bind(res, Ref(ptr, space))
-        else:
-            fl.bind(res, next(it))
+        if not is_ref_type(res.type):
+            fl.bind(res, next(comps))
+            continue
+        n = 1 if not is_view(res.type) else 1 + len(res.type.dims)  # type: ignore[attr-defined]
+        fl.bind(res, fl.ref_from(res.type, [next(comps) for _ in range(n)]))
 
 
 # ---- buffers and views
@@ -1295,27 +1017,25 @@ def _call(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("buffer.alloca")
 def _alloca(fl: FunctionLowering, op: Operation) -> None:
+    b = fl.b
     if op.attr("kind", None) == "workgroup":
         plan = fl.plan
         if plan is None or id(op) not in plan.alloca_offsets:
             raise fl.error(op, "workgroup alloca outside a kernel body's top level")
         space = fl.t.space("workgroup")
         if fl.lds is None:  # the kernel's workgroup memory is 0 bytes: nothing may be accessed
-            _result(fl, op, Ref("null", space))
+            _result(fl, op, Ref(ll.null(fl.ptr_ty(space))))
             return
         offset = plan.alloca_offsets[id(op)]
-        ptr = fl.lds if offset == 0 else fl.inst(
-            f"getelementptr inbounds i8, {fl.ptr_ty(space)} {fl.lds}, i32 {offset}", _hint(op))
-        _result(fl, op, Ref(ptr, space))
+        ptr = fl.lds if offset == 0 else b.gep(ll.I8, fl.lds, ll.literal(ll.I32, offset), _hint(op))
+        _result(fl, op, Ref(ptr))
         return
     size = constant_of(op.operand("bytes"))
     if not isinstance(size, int):
         raise fl.error(op, "private alloca size does not fold")
-    space = fl.t.space("private")
-    with fl.at_entry():
-        ptr = fl.inst(f"alloca i8, i32 {max(size, 1)}, align {op.attr('align', 1)}, addrspace({space})",
-                      _hint(op))
-    _result(fl, op, Ref(ptr, space))
+    with b.at_entry():
+        ptr = b.alloca(ll.I8, max(size, 1), op.attr("align", 1), fl.t.space("private"), _hint(op))
+    _result(fl, op, Ref(ptr))
 
 
 @handles("buffer.pack")
@@ -1323,15 +1043,16 @@ def _pack(fl: FunctionLowering, op: Operation) -> None:
     sizes = [fl.val(v) for v in op.operand_group("sizes")]
     aligns = op.attr("aligns")
 
-    def align_up(x: str, a: int) -> str:
+    def align_up(x: ll.Value, a: int) -> ll.Value:
         if a == 1:
             return x
-        if _digits(x):
-            return str(-(-int(x) // a) * a)
-        bumped = fl.binop("add", fl.off_ty, x, str(a - 1), "nuw nsw")
-        return fl.binop("and", fl.off_ty, bumped, str(-a))
+        k = ll.int_value(x)
+        if k is not None:
+            return fl.offset(-(-k // a) * a)
+        bumped = fl.b.binop("add", x, fl.offset(a - 1), "nuw nsw")
+        return fl.b.binop("and", bumped, fl.offset(-a))
 
-    offsets = ["0"]
+    offsets = [fl.offset(0)]
     for k in range(1, len(sizes)):
         offsets.append(align_up(fl.add64(offsets[-1], sizes[k - 1]), aligns[k]))
     total = align_up(fl.add64(offsets[-1], sizes[-1]), max(aligns))
@@ -1339,8 +1060,8 @@ def _pack(fl: FunctionLowering, op: Operation) -> None:
         fl.bind(r, v)
 
 
-def _extent(fl: FunctionLowering, d: Any) -> str:
-    return str(d) if isinstance(d, int) else fl.to_offset(fl.val(d))
+def _extent(fl: FunctionLowering, d: Any) -> ll.Value:
+    return fl.offset(d) if isinstance(d, int) else fl.to_offset(fl.val(d))
 
 
 @handles("buffer.view")
@@ -1348,29 +1069,28 @@ def _buffer_view(fl: FunctionLowering, op: Operation) -> None:
     buf: Ref = fl.val(op.operand("buffer"))
     base = fl.val(op.operand("offset"))
     t = op.result().type
-    strides = ["1"]
+    strides = [fl.offset(1)]
     for d in reversed(t.dims[1:]):  # type: ignore[attr-defined]
         strides.insert(0, fl.mul64(strides[0], _extent(fl, d)))
-    _result(fl, op, Ref(buf.ptr, buf.space, base, tuple(strides), buf.alias))
+    _result(fl, op, Ref(buf.ptr, base, tuple(strides), buf.alias))
 
 
-def _element_offset(fl: FunctionLowering, view: Ref, indices: list[str]) -> str:
-    total = "0"
+def _element_offset(fl: FunctionLowering, view: Ref, indices: list[ll.Value]) -> ll.Value:
+    total = fl.offset(0)
     for i, s in zip(indices, view.strides):
         total = fl.add64(total, fl.mul64(fl.to_offset(i), s))
     return total
 
 
-def element_address(fl: FunctionLowering, view: Ref, elem: ScalarType, indices: list[str]) -> str:
-    mty = fl.mem_ty(elem)
+def element_address(fl: FunctionLowering, view: Ref, elem: ScalarType, indices: list[ll.Value]) -> ll.Value:
     ptr = view.ptr
-    pty = fl.ptr_ty(view.space)
-    if view.base != "0":
-        ptr = fl.inst(f"getelementptr inbounds i8, {pty} {ptr}, {fl.off_ty} {view.base}", "base")
+    assert view.base is not None
+    if not _is_zero(view.base):
+        ptr = fl.b.gep(ll.I8, ptr, view.base, "base")
     offset = _element_offset(fl, view, indices)
-    if offset == "0":
+    if _is_zero(offset):
         return ptr
-    return fl.inst(f"getelementptr inbounds {mty}, {pty} {ptr}, {fl.off_ty} {offset}", "addr")
+    return fl.b.gep(fl.mem_ty(elem), ptr, offset, "addr")
 
 
 @handles("view.subview")
@@ -1378,40 +1098,47 @@ def _subview(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
     elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     offset = _element_offset(fl, view, fl.index_operands(op))
-    base = fl.add64(view.base, fl.mul64(offset, str(ELEMENT_BYTES[elem])))
-    _result(fl, op, replace(view, base=base))
+    assert view.base is not None
+    _result(fl, op, replace(view, base=fl.add64(view.base, fl.mul64(offset, fl.offset(ELEMENT_BYTES[elem])))))
 
 
-def load_value(fl: FunctionLowering, ptr: str, space: int, elem: ScalarType, lanes: int | None, hint: str,
-               alias: str = "") -> str:
+def _sixteen(t: ll.Type) -> ll.Value:
+    """The shift between a bf16 and its float: 16, in every lane of `t`."""
+    sixteen = ll.literal(ll.I32, 16)
+    return ll.splat(t, sixteen) if isinstance(t, ll.VectorType) else sixteen
+
+
+def load_value(fl: FunctionLowering, ptr: ll.Value, elem: ScalarType, lanes: int | None, hint: str,
+               alias: ll.Attachments = ()) -> ll.Value:
     """A load of one element (or `lanes` consecutive ones) in register form."""
-    mty = fl.mem_ty(elem)
-    lty = mty if lanes is None else f"<{lanes} x {mty}>"
-    v = fl.inst(f"load {lty}, {fl.ptr_ty(space)} {ptr}, align {ELEMENT_BYTES[elem]}{alias}", hint)
-    rty = fl.ty(elem) if lanes is None else f"<{lanes} x {fl.ty(elem)}>"
+    b = fl.b
+    mty, ety = fl.mem_ty(elem), fl.ty(elem)
+    lty = mty if lanes is None else ll.vector(lanes, mty)
+    rty = ety if lanes is None else ll.vector(lanes, ety)
+    v = b.load(lty, ptr, ELEMENT_BYTES[elem], alias, hint)
     if elem is I1:
-        return fl.cast("trunc", lty, v, rty)
+        return b.cast("trunc", v, rty)
     if elem is BF16:
-        wide = lty.replace("i16", "i32")
-        sixteen = "16" if lanes is None else "<" + ", ".join(["i32 16"] * lanes) + ">"
-        shifted = fl.binop("shl", wide, fl.cast("zext", lty, v, wide), sixteen)
-        return fl.cast("bitcast", wide, shifted, rty)
+        wide = ll.like(lty, ll.I32)
+        return b.cast("bitcast", b.binop("shl", b.cast("zext", v, wide), _sixteen(wide)), rty)
     return v
 
 
-def store_value(fl: FunctionLowering, v: str, ptr: str, space: int, elem: ScalarType, lanes: int | None,
-                alias: str = "") -> None:
+def store_value(fl: FunctionLowering, v: ll.Value, ptr: ll.Value, elem: ScalarType, lanes: int | None,
+                alias: ll.Attachments = ()) -> None:
+    b = fl.b
     mty = fl.mem_ty(elem)
-    lty = mty if lanes is None else f"<{lanes} x {mty}>"
-    rty = fl.ty(elem) if lanes is None else f"<{lanes} x {fl.ty(elem)}>"
+    lty = mty if lanes is None else ll.vector(lanes, mty)
     if elem is I1:
-        v = fl.cast("zext", rty, v, lty)
+        v = b.cast("zext", v, lty)
     elif elem is BF16:
-        wide = lty.replace("i16", "i32")
-        sixteen = "16" if lanes is None else "<" + ", ".join(["i32 16"] * lanes) + ">"
-        bits = fl.binop("lshr", wide, fl.cast("bitcast", rty, v, wide), sixteen)
-        v = fl.cast("trunc", wide, bits, lty)
-    fl.emit(f"store {lty} {v}, {fl.ptr_ty(space)} {ptr}, align {ELEMENT_BYTES[elem]}{alias}")
+        wide = ll.like(lty, ll.I32)
+        v = b.cast("trunc", b.binop("lshr", b.cast("bitcast", v, wide), _sixteen(wide)), lty)
+    b.store(v, ptr, ELEMENT_BYTES[elem], alias)
+
+
+def _lanes(t: Type) -> int | None:
+    return int(t.dims[0]) if is_vector(t) else None  # type: ignore[attr-defined]
 
 
 @handles("view.load", "vector.load")
@@ -1419,9 +1146,7 @@ def _load(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
     elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     ptr = element_address(fl, view, elem, fl.index_operands(op))
-    t = op.results[0].type
-    lanes = t.dims[0] if is_vector(t) else None
-    _result(fl, op, load_value(fl, ptr, view.space, elem, lanes, _hint(op), view.alias))
+    _result(fl, op, load_value(fl, ptr, elem, _lanes(op.results[0].type), _hint(op), view.alias))
 
 
 @handles("view.store", "vector.store")
@@ -1429,9 +1154,8 @@ def _store(fl: FunctionLowering, op: Operation) -> None:
     view: Ref = fl.val(op.operand("view"))
     elem = op.operand("view").type.elem  # type: ignore[attr-defined]
     ptr = element_address(fl, view, elem, fl.index_operands(op))
-    t = op.operand("value").type
-    lanes = t.dims[0] if is_vector(t) else None
-    store_value(fl, fl.val(op.operand("value")), ptr, view.space, elem, lanes, view.alias)
+    lanes = _lanes(op.operand("value").type)
+    store_value(fl, fl.val(op.operand("value")), ptr, elem, lanes, view.alias)
 
 
 @handles("view.atomic.rmw")
@@ -1441,23 +1165,19 @@ def _atomic(fl: FunctionLowering, op: Operation) -> None:
     ptr = element_address(fl, view, elem, fl.index_operands(op))
     d = op.attr("dict")
     scope = str(d["scope"])
-    ordering = ORDERING[str(d["ordering"])]
-    ss = fl.t.syncscope[scope]
-    sync = f' syncscope("{ss}")' if ss else ""
-    md = "" if scope == "system" else "".join(f", !{k} {fl.mod.md('!{}')}" for k in fl.t.atomic_metadata)
-    llty = fl.ty(elem)
+    t = fl.t
+    attached = () if scope == "system" else tuple((k, fl.mod.ir.node()) for k in t.atomic_metadata)
     x = fl.val(op.operand("value"))
-    if fl.t.select_atomic is not None:
-        spaces = {fl.t.space(name): name for name in ("generic", "workgroup", "global")}
-        request = AtomicRMW(op.attr("kind"), llty, spaces.get(view.space, "generic"), fl.ptr_ty(view.space), scope,
-                            str(d["ordering"]))
-        selected = fl.t.select_atomic(request)
+    if t.select_atomic is not None:
+        spaces = {t.space(name): name for name in ("generic", "workgroup", "global")}
+        request = AtomicRMW(op.attr("kind"), x.type, spaces.get(view.space, "generic"), fl.ptr_ty(view.space),
+                            scope, str(d["ordering"]))
+        selected = t.select_atomic(request)
         if selected is not None:
-            _result(fl, op, fl.snippet(selected, [ptr, x], _hint(op)))
+            _result(fl, op, selected(fl.b, ptr, x, _hint(op)))
             return
-    text = (f"atomicrmw {RMW[op.attr('kind')]} {fl.ptr_ty(view.space)} {ptr}, {llty} {x}{sync} {ordering}, "
-            f"align {ELEMENT_BYTES[elem]}{view.alias}{md}")
-    _result(fl, op, fl.inst(text, _hint(op)))
+    _result(fl, op, fl.b.atomicrmw(RMW[op.attr("kind")], ptr, x, t.syncscope[scope], ORDERING[str(d["ordering"])],
+                                   ELEMENT_BYTES[elem], view.alias + attached, _hint(op)))
 
 
 # ---- vectors
@@ -1465,42 +1185,39 @@ def _atomic(fl: FunctionLowering, op: Operation) -> None:
 
 @handles("vector.splat")
 def _splat(fl: FunctionLowering, op: Operation) -> None:
-    t = op.results[0].type
-    vty = fl.ty(t)
-    ety = fl.ty(t.elem)  # type: ignore[attr-defined]
-    one = fl.inst(f"insertelement {vty} poison, {ety} {fl.val(op.operand('value'))}, i64 0")
-    n = t.dims[0]  # type: ignore[attr-defined]
-    _result(fl, op, fl.inst(f"shufflevector {vty} {one}, {vty} poison, <{n} x i32> zeroinitializer", _hint(op)))
+    vty = fl.ty(op.results[0].type)
+    one = fl.b.insertelement(ll.poison(vty), fl.val(op.operand("value")), ll.literal(ll.I64, 0))
+    _result(fl, op, fl.b.broadcast(one, _hint(op)))
+
+
+def _lane_index(fl: FunctionLowering, k: ll.Value) -> ll.Value:
+    """A lane index: a literal as i64, else the index value."""
+    n = ll.int_value(k)
+    return k if n is None else ll.literal(ll.I64, n)
 
 
 @handles("vector.extract")
 def _extract(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operand("vector").type
     (k,) = fl.index_operands(op)
-    kty = "i64" if _digits(k) else fl.index_ty
-    _result(fl, op, fl.inst(f"extractelement {fl.ty(t)} {fl.val(op.operand('vector'))}, {kty} {k}", _hint(op)))
+    _result(fl, op, fl.b.extractelement(fl.val(op.operand("vector")), _lane_index(fl, k), _hint(op)))
 
 
 @handles("vector.insert")
 def _insert(fl: FunctionLowering, op: Operation) -> None:
-    t = op.operand("vector").type
     (k,) = fl.index_operands(op)
-    kty = "i64" if _digits(k) else fl.index_ty
-    ety = fl.ty(t.elem)  # type: ignore[attr-defined]
-    text = f"insertelement {fl.ty(t)} {fl.val(op.operand('vector'))}, {ety} {fl.val(op.operand('value'))}, {kty} {k}"
-    _result(fl, op, fl.inst(text, _hint(op)))
+    vec, v = fl.val(op.operand("vector")), fl.val(op.operand("value"))
+    _result(fl, op, fl.b.insertelement(vec, v, _lane_index(fl, k), _hint(op)))
 
 
-def combine(fl: FunctionLowering, kind: str, t: Type, a: str, b: str) -> str:
+def combine(fl: FunctionLowering, kind: str, t: Type, a: ll.Value, b: ll.Value) -> ll.Value:
     """`a <kind> b` for a combining kind of LANGUAGE.md 7.5."""
-    llty = fl.ty(t)
     if kind in ("addi", "muli", "andi", "ori", "xori"):
-        return fl.binop(INT_BINARY[kind], llty, a, b)
+        return fl.b.binop(INT_BINARY[kind], a, b)
     if kind in INT_MINMAX:
-        return fl.intrinsic(INT_MINMAX[kind], llty, [a, b])
+        return fl.intrinsic(INT_MINMAX[kind], fl.ty(t), [a, b])
     if kind in ("addf", "mulf"):
-        return fl.binop(FLOAT_BINARY[kind], llty, a, b)
-    return fl.intrinsic(FLOAT_MINMAX[kind], llty, [a, b])
+        return fl.b.binop(FLOAT_BINARY[kind], a, b)
+    return fl.intrinsic(FLOAT_MINMAX[kind], fl.ty(t), [a, b])
 
 
 @handles("vector.reduce")
@@ -1508,80 +1225,82 @@ def _vector_reduce(fl: FunctionLowering, op: Operation) -> None:
     t = op.operand("vector").type
     elem = t.elem  # type: ignore[attr-defined]
     v = fl.val(op.operand("vector"))
-    lanes = [fl.inst(f"extractelement {fl.ty(t)} {v}, i64 {k}") for k in range(t.dims[0])]  # type: ignore[attr-defined]
+    lanes = [fl.b.extractelement(v, ll.literal(ll.I64, k)) for k in range(_lanes(t) or 1)]
+    kind = op.attr("kind")
     while len(lanes) > 1:  # every kind may associate (LANGUAGE.md 7.5): a balanced tree
-        lanes = [combine(fl, op.attr("kind"), elem, lanes[k], lanes[k + 1]) if k + 1 < len(lanes) else lanes[k]
+        lanes = [combine(fl, kind, elem, lanes[k], lanes[k + 1]) if k + 1 < len(lanes) else lanes[k]
                  for k in range(0, len(lanes), 2)]
-    _result(fl, op, combine(fl, op.attr("kind"), elem, fl.val(op.operand("init")), lanes[0]))
+    _result(fl, op, combine(fl, kind, elem, fl.val(op.operand("init")), lanes[0]))
 
 
 # ---- kernels: coordinates, barriers, collectives
 
 
-def coordinate(fl: FunctionLowering, key: str) -> str:
-    """A coordinate snippet, computed once in the entry block; index-typed."""
+def coordinate(fl: FunctionLowering, key: str) -> ll.Value:
+    """A coordinate from the target's hook, computed once in the entry block; index-typed."""
     if key not in fl.cache:
-        with fl.at_entry():
-            v = fl.snippet(fl.t.coordinates[key], [], key.replace(".", "_"))
+        with fl.b.at_entry():
+            v = fl.t.coordinates[key](fl.b, key.replace(".", "_"))
             fl.cache[key] = fl.resize(v, 32, fl.t.index_bits, signed=False, nneg=True)
     return fl.cache[key]
 
 
-FunctionLowering.coordinate = coordinate  # type: ignore[attr-defined]
-
-
-def workgroup_size(fl: FunctionLowering, d: int) -> str:
+def workgroup_size(fl: FunctionLowering, d: int) -> ll.Value:
     plan = fl.plan
     if plan is not None and plan.workgroup_size is not None:
-        return str(plan.workgroup_size[d])
+        return fl.index(plan.workgroup_size[d])
     return coordinate(fl, f"workgroup.size.{'xyz'[d]}")
 
 
-def workitem_id(fl: FunctionLowering, d: int) -> str:
-    if workgroup_size(fl, d) == "1":
-        return "0"
+def workitem_id(fl: FunctionLowering, d: int) -> ll.Value:
+    if ll.int_value(workgroup_size(fl, d)) == 1:
+        return fl.index(0)
     return coordinate(fl, f"workitem.id.{'xyz'[d]}")
 
 
-@handles("kernel.workitem.id", "kernel.workgroup.id", "kernel.workgroup.size", "kernel.workgroup.count",
-         "kernel.workitem.dispatch.id", "kernel.subgroup.lane.id")
-def _coordinate(fl: FunctionLowering, op: Operation) -> None:
-    name = op.name[7:]
-    if name == "subgroup.lane.id":
-        _result(fl, op, coordinate(fl, name))
-        return
-    kind = op.attr("kind")
+def dispatch_id(fl: FunctionLowering, kind: str) -> ll.Value:
+    """Workgroup id * size + workitem id, once per kernel."""
     d = "xyz".index(kind)
-    if name == "workitem.id":
-        r = workitem_id(fl, d)
-    elif name == "workgroup.size":
-        r = workgroup_size(fl, d)
-    elif name in ("workgroup.id", "workgroup.count"):
-        r = coordinate(fl, f"{name}.{kind}")
-    else:  # dispatch id = workgroup id * size + workitem id, once per kernel
-        key = ("dispatch", d)
-        if key not in fl.cache:
-            with fl.at_entry():
-                group = fl.binop("mul", fl.index_ty, coordinate(fl, f"workgroup.id.{kind}"),
-                                 workgroup_size(fl, d), "nuw nsw")
-                tid = workitem_id(fl, d)
-                fl.cache[key] = group if tid == "0" else fl.binop("add", fl.index_ty, group, tid, "nuw nsw",
-                                                                   f"dispatch_id_{kind}")
-        r = fl.cache[key]
-    _result(fl, op, r)
+    key = ("dispatch", d)
+    if key not in fl.cache:
+        with fl.b.at_entry():
+            group = fl.b.binop("mul", coordinate(fl, f"workgroup.id.{kind}"), workgroup_size(fl, d), "nuw nsw")
+            tid = workitem_id(fl, d)
+            fl.cache[key] = group if _is_zero(tid) else fl.b.binop("add", group, tid, "nuw nsw",
+                                                                    f"dispatch_id_{kind}")
+    return fl.cache[key]
+
+
+def _coordinate(get: Callable[[FunctionLowering, str], ll.Value]) -> Handler:
+    """A coordinate op of an axis (`<x>`)."""
+    def lower(fl: FunctionLowering, op: Operation) -> None:
+        _result(fl, op, get(fl, op.attr("kind")))
+    return lower
+
+
+HANDLERS["kernel.workitem.id"] = _coordinate(lambda fl, kind: workitem_id(fl, "xyz".index(kind)))
+HANDLERS["kernel.workgroup.size"] = _coordinate(lambda fl, kind: workgroup_size(fl, "xyz".index(kind)))
+HANDLERS["kernel.workgroup.id"] = _coordinate(lambda fl, kind: coordinate(fl, f"workgroup.id.{kind}"))
+HANDLERS["kernel.workgroup.count"] = _coordinate(lambda fl, kind: coordinate(fl, f"workgroup.count.{kind}"))
+HANDLERS["kernel.workitem.dispatch.id"] = _coordinate(dispatch_id)
+
+
+@handles("kernel.subgroup.lane.id")
+def _lane_id(fl: FunctionLowering, op: Operation) -> None:
+    _result(fl, op, coordinate(fl, "subgroup.lane.id"))
 
 
 def barrier(fl: FunctionLowering, scope: str, ordering: str, control: str) -> None:
-    if scope == control and control in fl.t.ordering_barriers:  # the barrier is the fence
-        fl.snippet(fl.t.control_barrier[control], [])
+    t = fl.t
+    if scope == control and control in t.ordering_barriers:  # the barrier is the fence
+        t.control_barrier[control](fl.b)
         return
-    ss = fl.t.syncscope[scope]
-    sync = f'syncscope("{ss}") ' if ss else ""
+    ss = t.syncscope[scope]
     if ordering in ("release", "acq_rel"):
-        fl.emit(f"fence {sync}release")
-    fl.snippet(fl.t.control_barrier[control], [])
+        fl.b.fence(ss, "release")
+    t.control_barrier[control](fl.b)
     if ordering in ("acquire", "acq_rel"):
-        fl.emit(f"fence {sync}acquire")
+        fl.b.fence(ss, "acquire")
 
 
 @handles("kernel.barrier")
@@ -1590,33 +1309,36 @@ def _barrier(fl: FunctionLowering, op: Operation) -> None:
     barrier(fl, scope, op.attr("ordering"), scope)
 
 
-def _to_words(fl: FunctionLowering, t: Type, v: str) -> list[str]:
+_WORD_PAIR = ll.vector(2, ll.I32)
+
+
+def _to_words(fl: FunctionLowering, t: Type, v: ll.Value) -> list[ll.Value]:
     """A scalar as the i32 words a lane shuffle moves."""
-    llty = fl.ty(t)
-    if llty in ("i64", "double"):
-        vec = fl.cast("bitcast", llty, v, "<2 x i32>")
-        return [fl.inst(f"extractelement <2 x i32> {vec}, i64 {k}") for k in range(2)]
-    if llty == "float":
-        return [fl.cast("bitcast", "float", v, "i32")]
-    if llty == "half":
-        return [fl.cast("zext", "i16", fl.cast("bitcast", "half", v, "i16"), "i32")]
-    return [fl.resize(v, int(llty[1:]), 32, signed=False)]
+    b, llty = fl.b, fl.ty(t)
+    if llty is ll.I64 or llty is ll.DOUBLE:
+        pair = b.cast("bitcast", v, _WORD_PAIR)
+        return [b.extractelement(pair, ll.literal(ll.I64, k)) for k in range(2)]
+    if llty is ll.FLOAT:
+        return [b.cast("bitcast", v, ll.I32)]
+    if llty is ll.HALF:
+        return [b.cast("zext", b.cast("bitcast", v, ll.I16), ll.I32)]
+    return [fl.resize(v, ll.bits_of(llty), 32, signed=False)]
 
 
-def _from_words(fl: FunctionLowering, t: Type, words: list[str]) -> str:
-    llty = fl.ty(t)
-    if llty in ("i64", "double"):
-        vec = fl.inst(f"insertelement <2 x i32> poison, i32 {words[0]}, i64 0")
-        vec = fl.inst(f"insertelement <2 x i32> {vec}, i32 {words[1]}, i64 1")
-        return fl.cast("bitcast", "<2 x i32>", vec, llty)
-    if llty == "float":
-        return fl.cast("bitcast", "i32", words[0], "float")
-    if llty == "half":
-        return fl.cast("bitcast", "i16", fl.cast("trunc", "i32", words[0], "i16"), "half")
-    return fl.resize(words[0], 32, int(llty[1:]), signed=False)
+def _from_words(fl: FunctionLowering, t: Type, words: list[ll.Value]) -> ll.Value:
+    b, llty = fl.b, fl.ty(t)
+    if llty is ll.I64 or llty is ll.DOUBLE:
+        pair = b.insertelement(ll.poison(_WORD_PAIR), words[0], ll.literal(ll.I64, 0))
+        pair = b.insertelement(pair, words[1], ll.literal(ll.I64, 1))
+        return b.cast("bitcast", pair, llty)
+    if llty is ll.FLOAT:
+        return b.cast("bitcast", words[0], ll.FLOAT)
+    if llty is ll.HALF:
+        return b.cast("bitcast", b.cast("trunc", words[0], ll.I16), ll.HALF)
+    return fl.resize(words[0], 32, ll.bits_of(llty), signed=False)
 
 
-def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
+def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: ll.Value) -> ll.Value:
     """Every active lane gets the combination of the subgroup's values.
 
     The active lanes of a subgroup at a convergent point are a prefix
@@ -1624,22 +1346,23 @@ def subgroup_reduce(fl: FunctionLowering, kind: str, t: Type, v: str) -> str:
     when L+k < n, for k = 1, 2, 4, ...: lane 0 ends with the total, which
     is then broadcast. Any kind works and partial subgroups are exact.
     A target with a reduction instruction for (kind, type) uses it instead."""
-    native = fl.t.subgroup_reduce.get((kind, fl.ty(t)))
+    target, b = fl.t, fl.b
+    native = target.subgroup_reduce.get((kind, fl.ty(t)))
     if native is not None:
-        return fl.snippet(native, [v], "reduced")
-    lane = fl.resize(coordinate(fl, "subgroup.lane.id"), fl.t.index_bits, 32, signed=False)
-    with fl.at_entry():
-        n = fl.snippet(fl.t.active_lanes, [], "active")
-    width = fl.t.subgroup_size or 64
+        return native(b, v, "reduced")
+    lane = fl.resize(coordinate(fl, "subgroup.lane.id"), target.index_bits, 32, signed=False)
+    with b.at_entry():
+        n = target.active_lanes(b, "active")
+    width = target.subgroup_size or 64
     k = 1
     while k < width:
-        src = fl.binop("add", "i32", lane, str(k), "nuw nsw", "src")
-        words = [fl.snippet(fl.t.shuffle, [w, src], "peer") for w in _to_words(fl, t, v)]
+        src = b.binop("add", lane, ll.literal(ll.I32, k), "nuw nsw", "src")
+        words = [target.shuffle(b, w, src, "peer") for w in _to_words(fl, t, v)]
         other = _from_words(fl, t, words)
-        ok = fl.inst(f"icmp ult i32 {src}, {n}", "in_range")
-        v = fl.select(ok, fl.ty(t), combine(fl, kind, t, v, other), v)
+        ok = b.icmp("ult", src, n, "in_range")
+        v = b.select(ok, combine(fl, kind, t, v, other), v)
         k *= 2
-    words = [fl.snippet(fl.t.broadcast_first, [w], "first") for w in _to_words(fl, t, v)]
+    words = [target.broadcast_first(b, w, "first") for w in _to_words(fl, t, v)]
     return _from_words(fl, t, words)
 
 
