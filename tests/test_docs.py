@@ -1,14 +1,14 @@
 """The user documentation is true: every Loom block in docs/*.md is what
 `loom fmt` prints, every op and diagnostic code is documented in
-docs/language.md, and every command of docs/tutorial.md runs, in order, with
-the results the tutorial shows.
+docs/language.md, and every command of docs/tutorial.md and
+docs/language.md runs, in order, with the results they show.
 
 How a fenced block is read (the words after the opening fence; the first
 word is the language, the rest are markers):
 
 ```loom                 a whole module: parses, verifies and is byte-identical to
-                        `loom fmt` output; if it holds a `check.case` (and no
-                        `file=`), its cases pass on the reference interpreter
+                        `loom fmt` output; outside the tutorial (whose commands
+                        test its cases), its check cases pass on the interpreter
 ```loom fragment        not a module (op lines to illustrate a form): each op
                         name in it must be a declared op; keep these rare
 ```loom unformatted     parses and verifies but is not canonical (shows what
@@ -17,21 +17,27 @@ word is the language, the rest are markers):
 ```loom pending=NAME    shows a feature that is not implemented yet: it must
                         still FAIL to check. When NAME lands, this test fails on
                         the block: remove `pending=NAME` from it (and the
-                        `<!-- pending: NAME -->` notes in the docs) in the same
+                        `<!-- pending: NAME ... -->` notes beside it) in the same
                         change. Pending now: `check.generate.file` (issue 23,
                         LANGUAGE.md section 17 item 39).
-```LANG file=PATH       (docs/tutorial.md) the tutorial writes the block to PATH
-                        in its project folder when it reaches it
-```sh run               (docs/tutorial.md) every line is a command, run in the
-                        project folder in document order; each must exit 0 (the
-                        last one N with `exit=N`); `needs=cmake|bazel|vulkan` marks
+```LANG file=PATH       the test writes the block to PATH in the document's project
+                        folder when it reaches it (tutorial.md and language.md)
+```sh run               every line is a command, run with bash in the project
+                        folder in document order; each must exit 0 (the last one
+                        N with `exit=N`); `needs=cmake|bazel|vulkan` marks
                         commands that need that tool (skipped only where the
-                        tool truly cannot run)
-```text output          directly after a `sh run` block: each line (`...`
-                        lines aside) is a line of that block's output, in order
+                        tool truly cannot run; never under CI)
+```text output          directly after a `sh run` block: its output (each
+                        command's stdout, then its stderr) holds these lines,
+                        compared without leading and trailing blanks. Runs of
+                        lines between `...` lines appear contiguously and in
+                        order; `...` inside a line matches any text.
 
-`loom` in the tutorial's commands is this tree's loom (a wrapper on PATH);
-`$LOOM_REPO` is this repository; `bazel` gets a private output root.
+`loom` in the commands is this tree's loom (a wrapper on PATH); `$LOOM_REPO`
+is this repository; `bazel` gets a private output root and loom a private
+cache. Places the docs keep for features still to come are HTML comments
+`<!-- pending: FEATURE (issue N) ... -->`: whoever lands FEATURE writes its
+section there, with checked blocks, and removes the comment.
 """
 
 from __future__ import annotations
@@ -177,7 +183,8 @@ def test_loom_blocks_check_as_marked(checked_blocks: tuple[list[tuple[Block, str
 def test_check_cases_in_loom_blocks_pass(checked_blocks: tuple[list[tuple[Block, str]], Checked, Path]) -> None:
     """The reference's examples with check cases state true facts: they pass on the interpreter."""
     named, _, folder = checked_blocks
-    cases = [n for b, n in named if "check.case" in b.text and not set(b.markers) & {"error", "pending", "file"}]
+    cases = [n for b, n in named
+             if b.path != TUTORIAL and "check.case" in b.text and not set(b.markers) & {"error", "pending"}]
     assert cases, "docs/language.md shows no check case"
     r = loom("test", "--device", "interpreter", *cases, cwd=folder)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -276,12 +283,12 @@ def expected_lines_missing(expected: str, output: str) -> str | None:
     return None
 
 
-class Tutorial:
-    """Runs docs/tutorial.md's files and commands in a project folder."""
+class Project:
+    """A folder where a document's files are written and its commands run."""
 
     def __init__(self, tmp: Path) -> None:
-        self.project = tmp / "vecops"
-        self.project.mkdir()
+        self.folder = tmp / "project"
+        self.folder.mkdir()
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         wrapper = bin_dir / "loom"   # `loom` is this tree's loom, whatever is installed
@@ -290,6 +297,7 @@ class Tutorial:
         self.bazel_root = tmp / "bazel-root"
         self.used_bazel = False
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "LOOM_JOBS")}
+        # A private cache: the documents show what a first build compiles.
         self.env = dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", LOOM_REPO=str(ROOT),
                         PYTHONPATH=str(ROOT), LOOM_CACHE_DIR=str(tmp / "cache"))
 
@@ -299,7 +307,7 @@ class Tutorial:
             self.used_bazel = True
             command = (f"bazel --nohome_rc --output_user_root={self.bazel_root} --max_idle_secs=120 "
                        + command[len("bazel "):])
-        return subprocess.run(["bash", "-c", command], cwd=self.project, env=self.env, capture_output=True,
+        return subprocess.run(["bash", "-c", command], cwd=self.folder, env=self.env, capture_output=True,
                               text=True, timeout=900)
 
     def close(self) -> None:
@@ -307,14 +315,15 @@ class Tutorial:
             self.run("bazel shutdown")
 
 
-def test_tutorial_runs_as_written(tmp_path: Path) -> None:
-    steps = blocks(TUTORIAL)
-    tutorial = Tutorial(tmp_path)
+def run_document(path: Path, tmp: Path) -> None:
+    """Writes the `file=` blocks of `path` and runs its `sh run` blocks in order, checking exit
+    codes and `text output` blocks; skips (at the end) only the steps whose tool cannot run."""
+    project = Project(tmp)
     ran, skipped, last_output, last_run = 0, [], None, None
     try:
-        for b in steps:
+        for b in blocks(path):
             if "file" in b.markers:
-                target = tutorial.project / b.markers["file"]
+                target = project.folder / b.markers["file"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(b.text)
             if b.lang == "sh" and "run" in b.markers:
@@ -326,10 +335,10 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
                 output, todo = [], commands(b)
                 for n, command in enumerate(todo, 1):
                     want = int(b.markers.get("exit", "0")) if n == len(todo) else 0
-                    r = tutorial.run(command)
+                    r = project.run(command)
                     ran += 1
                     output.append(r.stdout + r.stderr)
-                    assert r.returncode == want, (f"{b.where}: `{command}` exited {r.returncode}, the tutorial "
+                    assert r.returncode == want, (f"{b.where}: `{command}` exited {r.returncode}, the document "
                                                   f"says {want}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
                 last_output = "".join(output)
             elif b.lang == "text" and "output" in b.markers:
@@ -341,18 +350,27 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
                                          f"--- it was:\n{last_output[-4000:]}")
                 last_run = None
     finally:
-        tutorial.close()
-    assert ran > 20, "the tutorial's commands were not found"
+        project.close()
+    assert ran, f"no commands found in {path.name}"
     if skipped:
         pytest.skip(f"{ran} commands ran as written; skipped: {'; '.join(skipped)}")
 
 
-def test_tutorial_output_blocks_follow_commands() -> None:
-    """Every output block belongs to the command block just before it, and every command block
-    says `run` (the tutorial shows no command the test does not run)."""
-    steps = blocks(TUTORIAL)
+def test_tutorial_runs_as_written(tmp_path: Path) -> None:
+    run_document(TUTORIAL, tmp_path)
+
+
+def test_language_reference_commands_run_as_written(tmp_path: Path) -> None:
+    run_document(LANGUAGE, tmp_path)
+
+
+@pytest.mark.parametrize("path", [TUTORIAL, LANGUAGE], ids=lambda p: p.name)
+def test_commands_shown_are_run(path: Path) -> None:
+    """Every command block is run by the test and every output block belongs to the command
+    block just before it: the documents show no command or output the test does not check."""
+    steps = blocks(path)
     for before, b in zip([None, *steps], steps):
         if b.lang == "text" and "output" in b.markers:
             assert before is not None and before.lang == "sh" and "run" in before.markers, b.where
-    unrun = [b.where for b in steps if b.lang == "sh" and "run" not in b.markers and b.line > 30]
+    unrun = [b.where for b in steps if b.lang == "sh" and "run" not in b.markers]
     assert not unrun, f"shell blocks the test does not run: {unrun}"
