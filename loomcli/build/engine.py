@@ -19,7 +19,8 @@ names, loom's own code and LLVM's version), never paths outside the project,
   compile service into the same pool.
 
 Outputs are written as they complete, each atomically; the state file is
-written last, so a killed build only makes the next one redo work.
+written last, so a killed build only makes the next one redo work. One
+`Build` object owns a build's report, progress display and state.
 """
 
 from __future__ import annotations
@@ -41,12 +42,16 @@ if TYPE_CHECKING:  # the compile path is imported only when there is something t
     from concurrent.futures import Future
 
     from loomcli.cache import Cache
-    from loomcli.diagnostics import Diagnostic
+    from loomcli.link.index import LinkInput
     from loomcli.runtime.pool import TaskEvent
-    from loomcli.runtime.tasks import TaskResult
+    from loomcli.runtime.tasks import Header, TaskResult
     from loomcli.service.request import CompileOutcome
+    from loomcli.service.session import Session
 
 _Entry = TypeVar("_Entry", "Item", "CommandItem")  # what the build state tracks
+StateEntry = dict[str, Any]   # {"key": source key, "files": {name: [sha256, size, mtime_ns]}}
+State = dict[str, StateEntry]  # `_state_name(item)` -> its entry
+Document = dict[str, Any]     # the state file's JSON: `items` (a State), `inputs` and `compiler` records
 
 STATE_FILE = ".loom-build.json"
 STATE_SCHEMA = 3
@@ -128,156 +133,384 @@ class BuildReport:
         return sum(c.get(state, 0) for c in self.counts.values())
 
 
-def build_project(project: Project, options: BuildOptions, progress: Progress,
-                  diagnostics: Callable[[list[Diagnostic]], None], warn: Callable[[str], None]) -> BuildReport:
-    """Build every kernel set of `project` for every target. Failures are
-    reported through `diagnostics` and counted; the report's exit code says
-    how the build ended (0, 1 input failed, 3 infrastructure)."""
-    from loomcli.targets.profiles import parse_target
+class Build:
+    """One `loom build`: the plan (every item and its source key, from the
+    state the last build left) and then what happens to it, in one object
+    that owns the report, the progress display, the state to record and the
+    compile tasks in flight. Failures are reported through `diagnostics` and
+    counted; the report's exit code says how the build ended (0, 1 input
+    failed, 3 infrastructure)."""
 
-    targets = [parse_target(t).name for t in (options.targets or project.targets)]
-    if not targets:
-        raise LoomError(f"{project.file}: no targets: set [build] targets or pass --target", 2)
-    targets = list(dict.fromkeys(targets))
-    out_dir = os.path.abspath(options.out_dir) if options.out_dir is not None else project.path(project.out_dir)
-    report = BuildReport(targets, out_dir)
-    recorded = _load_state(out_dir)
-    state: dict[str, Any] = recorded.get("items", {})
-    sources = _SourceReader(project, recorded)
-    items = [Item(ks, t, _source_key(project, ks, t, sources), os.path.join(out_dir, t.replace(":", "-")))
-             for ks in project.kernels for t in targets]
-    commands = [CommandItem(c, t, _command_key(project, c, t, sources),
-                            os.path.join(out_dir, t.replace(":", "-"), c.name))
-                for c in project.commands for t in targets]
-    report.counts = {t: {} for t in targets}
-    totals = {t: sum(1 for i in [*items, *commands] if i.target == t) for t in targets}
-    progress.plan(targets, totals)
-    book = _Bookkeeping(out_dir, recorded, sources, [*items, *commands], project, options, len(targets))
-    current: dict[str, Any] = {}  # up-to-date entries whose outputs' stat data changed
+    def __init__(self, project: Project, options: BuildOptions, progress: Progress,
+                 diagnostics: Callable[[list[Diagnostic]], None], warn: Callable[[str], None]) -> None:
+        from loomcli.targets.profiles import parse_target
 
-    def stale(entries: Sequence[_Entry]) -> list[_Entry]:
-        """The entries to build; the others are reported up to date."""
+        targets = list(dict.fromkeys(parse_target(t).name for t in (options.targets or project.targets)))
+        if not targets:
+            raise LoomError(f"{project.file}: no targets: set [build] targets or pass --target", 2)
+        self.project, self.options, self.progress = project, options, progress
+        self.diagnostics, self.warn = diagnostics, warn
+        self.out_dir = os.path.abspath(options.out_dir) if options.out_dir is not None \
+            else project.path(project.out_dir)
+        self.report = BuildReport(targets, self.out_dir, counts={t: {} for t in targets})
+        self.recorded = _load_state(self.out_dir)
+        # What the state file will record: every entry it holds (items of
+        # other targets included) until an item is rebuilt or restated.
+        self.state: State = dict(self.recorded.get("items", {}))
+        self.sources = _SourceReader(project, self.recorded)
+        self.items = [Item(ks, t, _source_key(project, ks, t, self.sources), self._folder(t))
+                      for ks in project.kernels for t in targets]
+        self.commands = [CommandItem(c, t, _command_key(project, c, t, self.sources),
+                                     os.path.join(self._folder(t), c.name))
+                         for c in project.commands for t in targets]
+        self.cache: Cache | None = None
+        self._pending: dict[Future[TaskResult], list[Item]] = {}
+
+    def _folder(self, target: str) -> str:
+        return os.path.join(self.out_dir, target.replace(":", "-"))
+
+    @property
+    def entries(self) -> list[Item | CommandItem]:
+        return [*self.items, *self.commands]
+
+    @property
+    def stopped(self) -> bool:
+        """The first failure ends a build without --keep-going."""
+        return bool(self.report.failures) and not self.options.keep_going
+
+    def run(self) -> BuildReport:
+        """Every item the cheapest way: up to date, cached, else compiled."""
+        targets = self.report.targets
+        self.progress.plan(targets, {t: sum(1 for i in self.entries if i.target == t) for t in targets})
+        todo, commands_todo = self._stale(self.items), self._stale(self.commands)
+        if todo or commands_todo:
+            from loomcli.cache import open_cache
+
+            _clean_strays(self.out_dir)
+            self.cache = open_cache(self.options.no_cache, warn=self.warn)
+            # Cache before scheduling: every hit is published here, so a build
+            # whose stale items all hit opens no compile session (no pool, no
+            # served jobserver, no compile imports). `make -n` publishes nothing.
+            if self.cache is not None and not _dry_run():
+                todo, commands_todo = self._publish_hits(todo), self._publish_hits(commands_todo)
+        if todo or commands_todo:
+            if not self._compile(todo, commands_todo):
+                return self.report  # make -n: nothing is written
+        else:
+            if self.cache is not None:
+                self.cache.record_totals()
+            if self.options.trace is not None:
+                from loomcli.service.session import write_trace
+
+                write_trace(self.options.trace, [])  # nothing ran: an empty trace, not a stale one
+        return self.finish()
+
+    def _stale(self, entries: Sequence[_Entry]) -> list[_Entry]:
+        """The entries to build; the others are reported up to date (their
+        state entry restated when their outputs' stat data changed)."""
         out = []
         for entry in entries:
-            verified = _up_to_date(entry, state)
+            verified = _up_to_date(entry, self.state)
             if verified is None:
+                self.state.pop(_state_name(entry), None)
                 out.append(entry)
-                continue
-            if verified is not state[_state_name(entry)]:
-                current[_state_name(entry)] = verified
-            _done(report, progress, entry, "up-to-date")
+            else:
+                self.state[_state_name(entry)] = verified
+                self._done(entry, "up-to-date")
         return out
 
-    todo = stale(items)
-    commands_todo = stale(commands)
-    # Entries of items built elsewhere (other targets) stay; those about to be rebuilt go.
-    rebuilding = {_state_name(i) for i in [*todo, *commands_todo]}
-    new_state: dict[str, Any] = {k: v for k, v in state.items() if k not in rebuilding} | current
-    cache: Cache | None = None
-    if rebuilding:
-        from loomcli.cache import open_cache
-        from loomcli.runtime.spawn import parse_makeflags
+    def _publish_hits(self, entries: Sequence[_Entry]) -> list[_Entry]:
+        """Publish the entries the cache holds; the misses."""
+        assert self.cache is not None
+        misses = []
+        for entry in entries:
+            published = _from_cache(entry, self.cache)
+            if published is None:
+                misses.append(entry)
+            else:
+                self.state[_state_name(entry)] = published
+                self._done(entry, "cached")
+        return misses
 
-        _clean_strays(out_dir)
-        cache = open_cache(options.no_cache, warn=warn)
-        # Cache before scheduling: every hit is published here, so a build
-        # whose stale items all hit opens no compile session (no pool, no
-        # served jobserver, no compile imports). `make -n` publishes nothing.
-        if cache is not None and not parse_makeflags(os.environ.get("MAKEFLAGS")).dry_run:
-            todo = [i for i in todo if not _from_cache(i, cache, report, progress, new_state)]
-            commands_todo = [c for c in commands_todo if not _from_cache(c, cache, report, progress, new_state)]
-    if not todo and not commands_todo:
-        if cache is not None:
-            cache.record_totals()
-        if options.trace is not None:
-            from loomcli.service.session import write_trace
+    # ------------------------------------------------------------ compiling
 
-            write_trace(options.trace, [])  # nothing ran: an empty trace, not a stale one
-        _finish(report, book, new_state)
-        return report
-    from loomcli.build.tasks import TASK_FUNCTION as KERNEL_SET_TASK
-    from loomcli.runtime.tasks import Task
-    from loomcli.service.session import compile_session
+    def _compile(self, todo: list[Item], commands_todo: list[CommandItem]) -> bool:
+        """Compile what the cache missed in one session; False: a dry run (`make -n`)."""
+        from loomcli.runtime.pool import resolve_jobs
+        from loomcli.service.session import compile_session
 
-    sets = list(dict.fromkeys(i.kernels for i in todo))
-    from loomcli.runtime.pool import resolve_jobs
+        sets = list(dict.fromkeys(i.kernels for i in todo))
+        hint = len(sets) + (resolve_jobs(self.options.jobs) if commands_todo else 0)
+        with compile_session(self.options.jobs, hint, self.report.targets, no_cache=self.cache is None,
+                             cache=self.cache, warn=self.warn, trace_path=self.options.trace,
+                             on_event=self.progress.finished,
+                             on_start=lambda task, ordinal: self.progress.started(task.label),
+                             preload=("loomcli.build.tasks",), jobserver_style=self.options.jobserver_style) as session:
+            if session.dry_run:
+                self.report.dry_run = True
+                for label in [i.label for i in todo] + [c.label for c in commands_todo]:
+                    self.progress.message(f"would build {label}")
+                return False
+            self._submit_sets(session, sets, todo)
+            # Command programs are built here while the pool compiles the kernel
+            # sets; their kernel requests join the same pool through the service.
+            for command in commands_todo:
+                if self.stopped:
+                    break
+                self._build_command(command, session)
+                self._collect(block=False)
+            while self._pending and not self.stopped:
+                self._collect(block=True)
+            if self.stopped:
+                raise _Stop  # leave the session, cancelling what is still queued
+        return True
 
-    hint = len(sets) + (resolve_jobs(options.jobs) if commands_todo else 0)
-    with compile_session(options.jobs, hint, targets, no_cache=cache is None, cache=cache, warn=warn,
-                         trace_path=options.trace, on_event=progress.finished,
-                         on_start=lambda task, ordinal: progress.started(task.label),
-                         preload=("loomcli.build.tasks",), jobserver_style=options.jobserver_style) as session:
-        if session.dry_run:
-            report.dry_run = True
-            for item in [*todo, *commands_todo]:
-                progress.message(f"would build {item.label}")
-            return report
-        pending: dict[Future[TaskResult], list[Item]] = {}
-        libraries = _Libraries(project, sources)
-        stop = False
+    def _submit_sets(self, session: Session, sets: list[KernelSet], todo: list[Item]) -> None:
+        """One task per kernel set, for every target it misses, collecting what is done meanwhile."""
+        from loomcli.build.tasks import TASK_FUNCTION
+        from loomcli.runtime.tasks import Task
+
+        libraries = _Libraries(self.project, self.sources)
         misses_of: dict[str, list[Item]] = {}
         for item in todo:
             misses_of.setdefault(item.kernels.name, []).append(item)
         for ks in sets:
-            if stop:
-                break
+            if self.stopped:
+                return
             misses = misses_of[ks.name]
-            if not pending:
+            if not self._pending:
                 session.warm()  # workers start while the coordinator prepares the rest
             try:
-                header, payload = _task_input(project, ks, misses, libraries, sources)
+                header, payload = _task_input(self.project, ks, misses, libraries, self.sources)
             except _LibraryFailed as e:
                 if e.first:
-                    _report(e.outcome, f"[[library]] {e.name!r}", progress, diagnostics)
+                    self._report(e.outcome, f"[[library]] {e.name!r}")
                 for item in misses:
-                    _failed(report, progress, item, 1 if e.outcome.status == "failed" else e.outcome.exit_code or 3)
-                if not options.keep_going:
-                    stop = True
-                    break
+                    self._failed(item, _exit_code(e.outcome))
                 continue
             label = f"{ks.name} {','.join(i.target for i in misses)}"
-            pending[session.sink.submit(Task(KERNEL_SET_TASK, header, payload, label))] = misses
-            stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False)
-            if stop:
-                break
-        # Command programs are built here while the pool compiles the kernel
-        # sets; their kernel requests join the same pool through the service.
-        for command in commands_todo:
-            if stop:
-                break
-            stop = _build_command(project, command, session, report, progress, diagnostics, new_state, options)
-            stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=False) or stop
-        while pending and not stop:
-            stop = _collect(pending, report, progress, diagnostics, cache, new_state, options, block=True)
-        if stop:
-            raise _Stop(report, new_state, book)
-    _finish(report, book, new_state)
-    return report
+            self._pending[session.sink.submit(Task(TASK_FUNCTION, header, payload, label))] = misses
+            self._collect(block=False)
+
+    def _collect(self, block: bool) -> None:
+        """Publish what has completed (waiting for the first when `block`)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if not self._pending:
+            return
+        done, _ = wait(list(self._pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        for future in sorted(done, key=lambda f: self._pending[f][0].label):
+            self._kernel_set_done(self._pending.pop(future), future.result())
+
+    def _kernel_set_done(self, items: list[Item], result: TaskResult) -> None:
+        from loomcli.build.tasks import decode_reply
+        from loomcli.service.request import CompileOutcome
+
+        if not result.ok:
+            code = 130 if result.status == "cancelled" else 3
+            self.progress.message(f"loom: error: {'internal: ' if code == 3 else ''}{items[0].kernels.name}: "
+                                  f"{result.message}")
+            for item in items:
+                self._failed(item, code)
+            return
+        try:
+            front_ok, outcomes = decode_reply(result.value)
+        except ValueError as e:
+            front_ok, outcomes = False, [CompileOutcome("error", message=f"internal: {e}", exit_code=3)]
+        if not front_ok:  # the set's front end failed: one outcome stands for every target
+            self._report(outcomes[0], items[0].kernels.name)
+            for item in items:
+                self._failed(item, _exit_code(outcomes[0]))
+            return
+        for item, outcome in zip(items, outcomes):
+            if not outcome.ok:
+                self._report(outcome, item.label)
+                self._failed(item, _exit_code(outcome))
+                continue
+            if outcome.diagnostics:
+                self.diagnostics(list(outcome.diagnostics))
+            self.state[_state_name(item)] = _write(item, outcome)
+            if self.cache is not None:
+                self.cache.put(item.key, outcome.encode())
+            self._done(item, "compiled")
+
+    def _build_command(self, item: CommandItem, session: Session) -> None:
+        """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9) that
+        the cache missed: the product built here with its kernel requests
+        compiled through the session's service."""
+        from loomcli.diagnostics import CompileError
+        from loomcli.frontier import FrontierOptions, build_command_product
+        from loomcli.frontier.compiling import RequestCompiler
+        from loomcli.frontier.outputs import product_files
+        from loomcli.targets.profiles import parse_target
+
+        project, command = self.project, item.command
+        srcs = [project.path(rel) for rel in command.srcs]
+        libraries = [project.path(rel) for lib in library_closure(project, command.libraries)
+                     for rel in project.library(lib).srcs]
+        profile = parse_target(item.target)
+        options = FrontierOptions(input=srcs[0], libraries=[*srcs[1:], *libraries], roots=list(command.roots),
+                                  profile=profile, project_config=project.config, name=command.name)
+        try:
+            compiler = RequestCompiler(session.service, profile, project.pipeline)
+            try:
+                product = build_command_product(options, compiler)
+            except CompileError:
+                compiler.discard()  # provisional: the children finish (and are cached), nothing binds
+                raise
+            compiled = compiler.finish(product)
+        except CompileError as e:
+            self.diagnostics(list(e.diagnostics))
+            self._failed(item, 1)
+            return
+        except LoomError as e:
+            self.progress.message(f"loom: error: {item.label}: {e}")
+            self._failed(item, e.exit_code)
+            return
+        warnings = list(product.warnings) + list(compiled.warnings)
+        if warnings:
+            self.diagnostics(warnings)
+        files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
+        self.state[_state_name(item)] = _publish(item, files)
+        if session.cache is not None:
+            session.cache.put(item.key, _encode_files(files))
+        self._done(item, "compiled")
+
+    # ------------------------------------------------------------ reporting
+
+    def _report(self, outcome: CompileOutcome, what: str) -> None:
+        if outcome.status == "failed":
+            self.diagnostics(list(outcome.diagnostics))
+        else:
+            self.progress.message(f"loom: error: {what}: {outcome.message}")
+
+    def _done(self, item: Item | CommandItem, state: str) -> None:
+        counts = self.report.counts[item.target]
+        counts[state] = counts.get(state, 0) + 1
+        self.progress.item(item.target, item.kernels.name if isinstance(item, Item)
+                           else f"command {item.command.name}", state)
+
+    def _failed(self, item: Item | CommandItem, code: int) -> None:
+        self._done(item, "failed")
+        self.report.failures.append(item.label)
+        # Infrastructure (3) outranks an input failure (1); an interruption keeps its own code.
+        self.report.exit_code = max(self.report.exit_code, code) if code != 130 else 130
+
+    # ------------------------------------------------------------ the state file and the no-op record
+
+    def finish(self) -> BuildReport:
+        """Write the state file (only when it changes: a no-op build writes
+        nothing) and the no-op record, and list the outputs."""
+        out_dir, state = self.out_dir, self.state
+        if state or os.path.isdir(out_dir):
+            doc = {"schema": STATE_SCHEMA, **self.sources.record(), "items": dict(sorted(state.items()))}
+            if doc != self.recorded:
+                os.makedirs(out_dir, exist_ok=True)
+                # Compact: json's C encoder writes only without indent (the file is bookkeeping, not for people).
+                atomic_write(os.path.join(out_dir, STATE_FILE),
+                             (json.dumps(doc, separators=(",", ":")) + "\n").encode())
+        self._write_noop_record(self._noop_record())
+        self.report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}"
+                                     for i in self.entries if _state_name(i) in state
+                                     for f in state[_state_name(i)]["files"])
+        return self.report
+
+    def _write_noop_record(self, data: bytes | None) -> None:
+        """Write `out-dir/.loom-build.noop` when its bytes change; remove it when there is none."""
+        from loomcli.build.noop import NOOP_FILE
+
+        path = os.path.join(self.out_dir, NOOP_FILE)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == data:
+                    return
+        except FileNotFoundError:
+            if data is None:
+                return
+        if data is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            atomic_write(path, data)
+
+    def _noop_record(self) -> bytes | None:
+        """The stamps that let the same command, run again, see without parsing
+        anything that it would do nothing (loomcli.build.noop). Only a build
+        that ended with every item built and every stamp old enough to be
+        trusted has them."""
+        from loomcli import __version__
+        from loomcli.build import noop
+        from loomcli.service.fingerprint import llvm_version_stamp
+
+        project, sources, state, entries = self.project, self.sources, self.state, self.entries
+        llvm = llvm_version_stamp()
+        folders = [(folder, stamp) for folder, stamp in project.folder_stamps if stamp is not None]
+        if (self.report.failures or not entries or any(_state_name(i) not in state for i in entries)
+                or set(sources.file_digests) != set(sources.stamps) or len(folders) != len(project.folder_stamps)
+                or sources.code_stamps is None or llvm is None or project.file_stamp is None):
+            return None
+        stamps = [(project.file_path, project.file_stamp), *folders,
+                  *((project.path(rel), recorded[1:]) for rel, recorded in sorted(sources.stamps.items())),
+                  *sources.code_stamps, llvm]
+        state_file = os.path.join(self.out_dir, STATE_FILE)
+        st = os.stat(state_file)
+        outputs = [(state_file, st.st_size, st.st_mtime_ns)]
+        for item in entries:
+            for name, (_, size, mtime) in sorted(state[_state_name(item)]["files"].items()):
+                outputs.append((os.path.join(item.folder, name), size, mtime))
+        selection = noop.Selection(project.file_path, project.root, self.out_dir, self.options.out_dir is not None,
+                                   self.options.targets)
+        summary = noop.Summary(project.name, project.version, len(entries), len(self.report.targets))
+        return noop.encode(selection, summary, __version__, llvm[0], stamps, outputs)
 
 
-def _from_cache(item: Item | CommandItem, cache: Cache, report: BuildReport, progress: Progress,
-                state: dict[str, Any]) -> bool:
-    """Publish the item's outputs from the cache; False: a miss (an entry
-    that does not decode is one too, and the rebuild overwrites it)."""
+class _Stop(Exception):
+    """The first failure without --keep-going: leave the session (cancelling the rest)."""
+
+
+def run_build(project: Project, options: BuildOptions, progress: Progress,
+              diagnostics: Callable[[list[Diagnostic]], None], warn: Callable[[str], None]) -> BuildReport:
+    """Build every kernel set of `project` for every target, with the first
+    failure (no --keep-going) ending it cleanly, and SIGTERM taken as Ctrl-C
+    from the first step (publishing cache hits happens before any compile
+    session)."""
+    from loomcli.runtime.interrupts import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        build = Build(project, options, progress, diagnostics, warn)
+        try:
+            return build.run()
+        except _Stop:
+            return build.finish()
+
+
+def _dry_run() -> bool:
+    from loomcli.runtime.spawn import parse_makeflags
+
+    return parse_makeflags(os.environ.get("MAKEFLAGS")).dry_run
+
+
+def _exit_code(outcome: CompileOutcome) -> int:
+    """A failed outcome's exit code: 1 for the input's fault, else its own (3 by default)."""
+    return 1 if outcome.status == "failed" else outcome.exit_code or 3
+
+
+def _from_cache(item: Item | CommandItem, cache: Cache) -> StateEntry | None:
+    """Publish the item's outputs from the cache: their state entry; None for
+    a miss (an entry that does not decode is one too, and the rebuild
+    overwrites it)."""
     data = cache.get(item.key)
     if data is None:
-        return False
+        return None
     if isinstance(item, CommandItem):
         files = _decode_files(data)
-        if files is None:
-            return False
-        state[_state_name(item)] = _publish(item, files)
-    else:
-        outcome = _decode(data)
-        if outcome is None or not outcome.ok:
-            return False
-        state[_state_name(item)] = _write(item, outcome)
-    _done(report, progress, item, "cached")
-    return True
+        return _publish(item, files) if files is not None else None
+    outcome = _decode(data)
+    return _write(item, outcome) if outcome is not None and outcome.ok else None
 
 
 def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: _Libraries,
-                sources: _SourceReader) -> tuple[dict[str, Any], bytes]:
+                sources: _SourceReader) -> tuple[Header, bytes]:
     """The kernel-set task's header and payload (loomcli.build.tasks)."""
     srcs = [sources.read(rel) for rel in ks.srcs]
     libs = [libraries.bytecode(name) for name in library_closure(project, ks.libraries)]
@@ -290,53 +523,6 @@ def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: 
                     for i in misses],
     }
     return header, b"".join(srcs) + b"".join(data for _, _, data in libs)
-
-
-def _build_command(project: Project, item: CommandItem, session: Any, report: BuildReport, progress: Progress,
-                   diagnostics: Callable[[list[Diagnostic]], None], state: dict[str, Any],
-                   options: BuildOptions) -> bool:
-    """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9) that
-    the cache missed: the product built here with its kernel requests
-    compiled through the session's service. True: stop the build."""
-    from loomcli.diagnostics import CompileError
-    from loomcli.frontier import FrontierOptions, build_command_product
-    from loomcli.frontier.compiling import RequestCompiler
-    from loomcli.frontier.outputs import product_files
-    from loomcli.targets.profiles import parse_target
-
-    cache = session.cache
-    command = item.command
-    srcs = [project.path(rel) for rel in command.srcs]
-    libraries = [project.path(rel) for lib in library_closure(project, command.libraries)
-                 for rel in project.library(lib).srcs]
-    options_ = FrontierOptions(input=srcs[0], libraries=[*srcs[1:], *libraries], roots=list(command.roots),
-                               profile=parse_target(item.target), project_config=project.config,
-                               name=command.name)
-    try:
-        compiler = RequestCompiler(session.service, options_.profile, project.pipeline)
-        try:
-            product = build_command_product(options_, compiler)
-        except CompileError:
-            compiler.discard()  # provisional: the children finish (and are cached), nothing binds
-            raise
-        compiled = compiler.finish(product)
-    except CompileError as e:
-        diagnostics(list(e.diagnostics))
-        _failed(report, progress, item, 1)
-        return not options.keep_going
-    except LoomError as e:
-        progress.message(f"loom: error: {item.label}: {e}")
-        _failed(report, progress, item, e.exit_code)
-        return not options.keep_going
-    warnings = list(product.warnings) + list(compiled.warnings)
-    if warnings:
-        diagnostics(warnings)
-    files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
-    state[_state_name(item)] = _publish(item, files)
-    if cache is not None:
-        cache.put(item.key, _encode_files(files))
-    _done(report, progress, item, "compiled")
-    return False
 
 
 _FILES_MAGIC = b"LOOMFILES1\n"
@@ -368,7 +554,7 @@ def _decode_files(data: bytes) -> dict[str, bytes] | None:
         return None
 
 
-def _publish(item: CommandItem, files: dict[str, bytes]) -> dict[str, Any]:
+def _publish(item: CommandItem, files: dict[str, bytes]) -> StateEntry:
     """Write a command's outputs (each atomically) and what the state file records of them."""
     os.makedirs(item.folder, exist_ok=True)
     recorded = {}
@@ -383,103 +569,6 @@ def _publish(item: CommandItem, files: dict[str, bytes]) -> dict[str, Any]:
 def _command_key(project: Project, command: CommandSet, target: str, sources: _SourceReader) -> str:
     """A [[command]]'s content key: its sources, its libraries', the config, roots, name and target."""
     return sources.key("loom-build-command-2", command.srcs, command.libraries, command.roots, command.name, target)
-
-
-class _Stop(Exception):
-    """The first failure without --keep-going: leave the session (cancelling the rest)."""
-
-    def __init__(self, report: BuildReport, state: dict[str, Any], book: _Bookkeeping) -> None:
-        super().__init__("build stopped")
-        self.report = report
-        self.state = state
-        self.book = book
-
-
-def run_build(project: Project, options: BuildOptions, progress: Progress,
-              diagnostics: Callable[[list[Diagnostic]], None], warn: Callable[[str], None]) -> BuildReport:
-    """`build_project`, with the first failure (no --keep-going) ending it
-    cleanly, and SIGTERM taken as Ctrl-C from the first step (publishing
-    cache hits happens before any compile session)."""
-    from loomcli.runtime.interrupts import sigterm_as_interrupt
-
-    with sigterm_as_interrupt():
-        try:
-            return build_project(project, options, progress, diagnostics, warn)
-        except _Stop as stop:
-            _finish(stop.report, stop.book, stop.state)
-            return stop.report
-
-
-def _collect(pending: dict[Future[TaskResult], list[Item]], report: BuildReport, progress: Progress,
-             diagnostics: Callable[[list[Diagnostic]], None], cache: Any, state: dict[str, Any],
-             options: BuildOptions, block: bool) -> bool:
-    """Write what has completed; True when the build must stop."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
-    from loomcli.build.tasks import decode_reply
-    from loomcli.service.request import CompileOutcome
-
-    if not pending:
-        return False
-    done, _ = wait(list(pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
-    stop = False
-    for future in sorted(done, key=lambda f: pending[f][0].label):
-        items = pending.pop(future)
-        result = future.result()
-        if not result.ok:
-            code = 130 if result.status == "cancelled" else 3
-            progress.message(f"loom: error: {'internal: ' if code == 3 else ''}{items[0].kernels.name}: "
-                             f"{result.message}")
-            for item in items:
-                _failed(report, progress, item, code)
-            stop = stop or not options.keep_going
-            continue
-        try:
-            front_ok, outcomes = decode_reply(result.value)
-        except ValueError as e:
-            front_ok, outcomes = False, [CompileOutcome("error", message=f"internal: {e}", exit_code=3)]
-        if not front_ok:
-            outcomes = outcomes[:1] * len(items)
-            _report(outcomes[0], items[0].kernels.name, progress, diagnostics)
-            for item in items:
-                _failed(report, progress, item, 1 if outcomes[0].status == "failed" else outcomes[0].exit_code or 3)
-            stop = stop or not options.keep_going
-            continue
-        for item, outcome in zip(items, outcomes):
-            if outcome.ok:
-                if outcome.diagnostics:
-                    diagnostics(list(outcome.diagnostics))
-                state[_state_name(item)] = _write(item, outcome)
-                if cache is not None:
-                    cache.put(item.key, outcome.encode())
-                _done(report, progress, item, "compiled")
-                continue
-            _report(outcome, item.label, progress, diagnostics)
-            _failed(report, progress, item, 1 if outcome.status == "failed" else outcome.exit_code or 3)
-            stop = stop or not options.keep_going
-    return stop
-
-
-def _report(outcome: CompileOutcome, what: str, progress: Progress,
-            diagnostics: Callable[[list[Diagnostic]], None]) -> None:
-    if outcome.status == "failed":
-        diagnostics(list(outcome.diagnostics))
-    else:
-        progress.message(f"loom: error: {what}: {outcome.message}")
-
-
-def _done(report: BuildReport, progress: Progress, item: Item | CommandItem, state: str) -> None:
-    counts = report.counts[item.target]
-    counts[state] = counts.get(state, 0) + 1
-    progress.item(item.target, item.kernels.name if isinstance(item, Item) else f"command {item.command.name}",
-                  state)
-
-
-def _failed(report: BuildReport, progress: Progress, item: Item | CommandItem, code: int) -> None:
-    _done(report, progress, item, "failed")
-    report.failures.append(item.label)
-    # Infrastructure (3) outranks an input failure (1); an interruption keeps its own code.
-    report.exit_code = max(report.exit_code, code) if code != 130 else 130
 
 
 def _decode(data: bytes) -> CompileOutcome | None:
@@ -503,7 +592,7 @@ class _SourceReader:
     read and hashed. Keys hash these content digests, never stat data, so
     stat data decides only *whether* to hash, not what a key is."""
 
-    def __init__(self, project: Project, recorded: dict[str, Any] | None = None) -> None:
+    def __init__(self, project: Project, recorded: Document | None = None) -> None:
         import time
 
         self.project = project
@@ -590,9 +679,9 @@ class _SourceReader:
                 raise LoomError(f"{self.shown(rel)}: changed during the build; build again", 1)
         return self.data[rel]
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> Document:
         """What the state file keeps for the next build's fast path."""
-        doc: dict[str, Any] = {"inputs": dict(sorted(self.stamps.items()))}
+        doc: Document = {"inputs": dict(sorted(self.stamps.items()))}
         if self.compiler_record is not None:
             doc["compiler"] = self.compiler_record
         return doc
@@ -614,11 +703,11 @@ class _Libraries:
     def __init__(self, project: Project, sources: _SourceReader) -> None:
         self.project = project
         self.sources = sources
-        self.inputs: dict[str, Any] = {}
+        self.inputs: dict[str, LinkInput] = {}
         self.encoded: dict[str, tuple[str, str, bytes]] = {}
         self.failed: dict[str, CompileOutcome] = {}
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> LinkInput:
         if name not in self.inputs:
             from loomcli.build.tasks import source_key
             from loomcli.frontend import load_bytes
@@ -675,7 +764,7 @@ def _state_name(item: Item | CommandItem) -> str:
     return f"{item.target.replace(':', '-')}/{item.kernels.name}"
 
 
-def _write(item: Item, outcome: CompileOutcome) -> dict[str, Any]:
+def _write(item: Item, outcome: CompileOutcome) -> StateEntry:
     os.makedirs(item.folder, exist_ok=True)
     names = item.files()
     blobs = {"artifact": outcome.artifact, "launch_config": outcome.launch_config, "manifest": outcome.manifest}
@@ -688,7 +777,7 @@ def _write(item: Item, outcome: CompileOutcome) -> dict[str, Any]:
     return {"key": item.key, "files": files}
 
 
-def _load_state(out_dir: str) -> dict[str, Any]:
+def _load_state(out_dir: str) -> Document:
     """The state file's document (`items`, and the `inputs` and `compiler`
     records of the stat fast path); empty when missing or of another schema."""
     try:
@@ -702,7 +791,7 @@ def _load_state(out_dir: str) -> dict[str, Any]:
     return {}
 
 
-def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> dict[str, Any] | None:
+def _up_to_date(item: Item | CommandItem, state: State) -> StateEntry | None:
     """The item's state entry if the state records this key and every output
     is still what was written: the same size and mtime (as make and ninja
     trust), else the same sha256. An output vouched for by its sha256 gets
@@ -731,84 +820,6 @@ def _up_to_date(item: Item | CommandItem, state: dict[str, Any]) -> dict[str, An
         except (OSError, ValueError, TypeError):
             return None
     return {**entry, "files": {**files, **restat}} if restat else entry
-
-
-@dataclass
-class _Bookkeeping:
-    """What `_finish` needs to write the state file and the no-op record:
-    where, what it held, this build's inputs and its selection."""
-
-    out_dir: str
-    recorded: dict[str, Any]
-    sources: _SourceReader
-    items: list[Item | CommandItem]
-    project: Project
-    options: BuildOptions
-    target_count: int
-
-
-def _finish(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> None:
-    """Write the state file (only when it changes: a no-op build writes nothing) and list the outputs."""
-    out_dir = book.out_dir
-    if state or os.path.isdir(out_dir):
-        doc = {"schema": STATE_SCHEMA, **book.sources.record(), "items": dict(sorted(state.items()))}
-        if doc != book.recorded:
-            os.makedirs(out_dir, exist_ok=True)
-            # Compact: json's C encoder writes only without indent (the file is bookkeeping, not for people).
-            atomic_write(os.path.join(out_dir, STATE_FILE), (json.dumps(doc, separators=(",", ":")) + "\n").encode())
-    _write_noop_record(book, _noop_record(report, book, state))
-    report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}" for i in book.items
-                            if _state_name(i) in state for f in state[_state_name(i)]["files"])
-
-
-def _write_noop_record(book: _Bookkeeping, data: bytes | None) -> None:
-    """Write `out-dir/.loom-build.noop` when its bytes change; remove it when there is none."""
-    from loomcli.build.noop import NOOP_FILE
-
-    path = os.path.join(book.out_dir, NOOP_FILE)
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data:
-                return
-    except FileNotFoundError:
-        if data is None:
-            return
-    if data is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    else:
-        atomic_write(path, data)
-
-
-def _noop_record(report: BuildReport, book: _Bookkeeping, state: dict[str, Any]) -> bytes | None:
-    """The stamps that let the same command, run again, see without parsing
-    anything that it would do nothing (loomcli.build.noop). Only a build
-    that ended with every item built and every stamp old enough to be
-    trusted has them."""
-    from loomcli import __version__
-    from loomcli.build import noop
-    from loomcli.service.fingerprint import llvm_version_stamp
-
-    project, sources = book.project, book.sources
-    llvm = llvm_version_stamp()
-    folders = [(folder, stamp) for folder, stamp in project.folder_stamps if stamp is not None]
-    if (report.failures or not book.items or any(_state_name(i) not in state for i in book.items)
-            or set(sources.file_digests) != set(sources.stamps) or len(folders) != len(project.folder_stamps)
-            or sources.code_stamps is None or llvm is None or project.file_stamp is None):
-        return None
-    stamps = [(project.file_path, project.file_stamp), *folders,
-              *((project.path(rel), recorded[1:]) for rel, recorded in sorted(sources.stamps.items())),
-              *sources.code_stamps, llvm]
-    state_file = os.path.join(book.out_dir, STATE_FILE)
-    st = os.stat(state_file)
-    outputs = [(state_file, st.st_size, st.st_mtime_ns)]
-    for item in book.items:
-        for name, (_, size, mtime) in sorted(state[_state_name(item)]["files"].items()):
-            outputs.append((os.path.join(item.folder, name), size, mtime))
-    selection = noop.Selection(project.file_path, project.root, book.out_dir, book.options.out_dir is not None,
-                               book.options.targets)
-    summary = noop.Summary(project.name, project.version, len(book.items), book.target_count)
-    return noop.encode(selection, summary, __version__, llvm[0], stamps, outputs)
 
 
 def _clean_strays(out_dir: str) -> None:
