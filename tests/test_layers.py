@@ -28,7 +28,7 @@ LAYERS = (
     "cache",        # the content-addressed artifact cache
     "runtime",      # isolated workers, the fork server, the pool, the jobserver, the task contract
     "ir",           # core, types, attrs, the op table and its format directives, verifier, builder
-    "text",         # lexer, parser, printer
+    "text",         # lexer, parser, printer, the op format directives compiled (directives)
     "bytecode",     # reader, writer
     "semantics",    # folding, evaluation, launch-config interpretation
     "targets",      # profiles, records, the device ABI, the TARGET checks
@@ -141,6 +141,14 @@ def test_a_worker_warms_every_stage() -> None:
     from loomcli.service.compile import STAGES
 
     assert LAYERS[RANK["ir"]:RANK["emit"] + 1] == STAGES
+
+
+def test_the_architecture_doc_lists_the_layers_in_order() -> None:
+    """docs/architecture.md's layer table is `LAYERS`, row for row (but `__main__`)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    rows = [line.split("|")[1].strip().strip("`") for line in doc.splitlines()
+            if line.startswith("| `") and line.count("|") == 4]
+    assert rows == [name for name in LAYERS if name != "__main__"]
 
 
 def test_every_package_has_a_layer() -> None:
