@@ -18,6 +18,7 @@ import math
 import os
 import stat
 import sys
+from typing import BinaryIO
 
 from loomcli.errors import EXIT_COMPILE, EXIT_ENV, LoomError, write_outputs
 
@@ -44,7 +45,7 @@ def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
         return _bounded(f, path, limit)
 
 
-def _bounded(stream, shown: str, limit: int) -> bytes:
+def _bounded(stream: BinaryIO, shown: str, limit: int) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise _too_large(shown, limit)

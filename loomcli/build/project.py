@@ -15,17 +15,13 @@ import os
 import re
 import stat
 import time
+import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.errors import LoomError
 from loomcli.files import finite_float
 from loomcli.service.fingerprint import stat_stamp
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python < 3.11 reads TOML with tomli
-    import tomli as tomllib
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 

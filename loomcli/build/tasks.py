@@ -86,7 +86,12 @@ def run_kernel_set(header: Header, payload: bytes) -> tuple[bool, list[CompileOu
     n = len(header["srcs"])
     blobs = split(payload, header["lengths"])
     fronts: list[FrontEnd] = []
-    failed = outcome_or_failure(lambda: fronts.append(front_end(header, blobs[:n], blobs[n:])) or CompileOutcome("ok"))
+
+    def run_front_end() -> CompileOutcome:
+        fronts.append(front_end(header, blobs[:n], blobs[n:]))
+        return CompileOutcome("ok")
+
+    failed = outcome_or_failure(run_front_end)
     if not failed.ok:
         return False, [failed]
     front = fronts[0]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from loomcli.driver import UsageError
+
+if TYPE_CHECKING:
+    from loomcli.cache import Cache
 
 
 def _human(n: int) -> str:
@@ -16,7 +21,7 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
-def _cache():
+def _cache() -> Cache:
     import os
 
     from loomcli.cache import DEFAULT_MAX_SIZE, Cache, default_root, parse_size

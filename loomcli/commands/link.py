@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
 
+if TYPE_CHECKING:
+    from loomcli.ir.core import Module
 
-def output_bytes(module, output: str) -> bytes:
+
+def output_bytes(module: Module, output: str) -> bytes:
     """The bytes of `module` for an output path: bytecode for `.loombc`, else text."""
     if output.endswith(".loombc"):
         from loomcli.bytecode import write_module

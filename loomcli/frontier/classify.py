@@ -35,9 +35,7 @@ _BODIES = ("func.def", "template.def")
 def _path(op: Operation) -> tuple[int, ...]:
     """(region, op, region, op, ...) from the top-level op down to `op`, as `Selector` numbers sites."""
     out: list[int] = []
-    while op.parent is not None and op.parent.owner is not None:
-        region = op.parent
-        owner = region.owner
+    while (region := op.parent) is not None and (owner := region.owner) is not None:
         out.append(region.ops.index(op))
         out.append(owner.regions.index(region))
         op = owner

@@ -23,7 +23,7 @@ is canonical: no node has a child of its own kind or no children.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -162,7 +162,7 @@ class Preparer:
     """Prepares the command programs of one linked, config-bound module."""
 
     def __init__(self, module: Module, profile: Profile | None, classifier: Classifier,
-                 origins: dict[str, str] | None = None) -> None:
+                 origins: Mapping[str, str] | None = None) -> None:
         from loomcli.semantics.evaluate import Evaluator
         from loomcli.targets.checks import ModuleChecks
 
@@ -224,9 +224,10 @@ class Preparer:
         env = dict(zip(region.args, args))
         for p in program.attr("launch").where or []:
             values = [env.get(a) if isinstance(a, Value) else a for a in p.args]
-            if any(v is None or isinstance(v, BufferRef) for v in values):
+            known = [v for v in values if v is not None and not isinstance(v, BufferRef)]
+            if len(known) < len(values):
                 continue
-            if not predicate_holds(p.name, [int(v) for v in values]):
+            if not predicate_holds(p.name, [int(v) for v in known]):
                 i = region.args.index(p.args[0])
                 from loomcli.launch.program import format_value
 

@@ -242,14 +242,14 @@ def _bind_specs(texts: Sequence[str], programs: list[Operation]) -> list[list[An
         sym = op.attr("sym")
         values = []
         for i, a in enumerate(op.attr("sig").args):
-            text = given.get((sym, a.name))
-            if text is None:
+            bound = given.get((sym, a.name))
+            if bound is None:
                 diags.append(Diagnostic.make("LAUNCH_CONFIG/004", COMMAND_LINE, (0, 0),
                                              detail=f"specialization argument {i} (%{a.name}: {a.type}) of "
                                                     f"@{sym} is unbound; give --spec @{sym}.{a.name}=VALUE"))
                 continue
             try:
-                values.append(parse_value(text, a.type))
+                values.append(parse_value(bound, a.type))
             except BadValue as e:
                 diags.append(Diagnostic.make("LAUNCH_CONFIG/004", COMMAND_LINE, (0, 0),
                                              detail=f"--spec @{sym}.{a.name}: {e}"))

@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
@@ -241,7 +241,7 @@ class LaunchProgram:
             raise CompileError(diags)
         return cls(module, path)
 
-    def _malformed(self, why: str) -> None:
+    def _malformed(self, why: str) -> NoReturn:
         raise CompileError([Diagnostic.make("BYTECODE/003", self.path, (0, 0), offset=0, why=why)])
 
     def _entry(self, kernel: Operation, symbols: dict[str, Operation]) -> LaunchFunction:
@@ -249,12 +249,12 @@ class LaunchProgram:
 
         entry = entry_name(kernel)
         record = symbols.get(kernel.attr("target", ""))
-        if not is_record(record):
+        if record is None or not is_record(record):
             self._malformed(f"entry `{entry}` has no target record")
         profile, diags = record_profile(record, self.path)
         if diags:
             raise CompileError(diags)
-        facts = {}
+        facts: dict[str, int] = {}
         for fact, t in FACTS.items():
             op = symbols.get(fact_symbol(entry, fact))
             value = op.attr("value", None) if op is not None and op.name == "config.def" else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.ir.attrs import Pred
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation, Signature, Value, stamp_file
 from loomcli.ir.symbols import DEFINITIONS, RESOLVABLE, references, rename_references
@@ -260,7 +261,7 @@ class _Linker:
     def emit(self, selected: set[Ref], roots: set[Ref], path: str) -> tuple[Module, dict[str, str]]:
         out = Module(path)
         origins: dict[str, str] = {}
-        emitted_decls: dict[tuple[str, str], Operation] = {}
+        emitted_decls: dict[tuple[str, str | None], Operation] = {}
         config_defs = {self.op(r).attr("sym") for r in selected if self.op(r).name == "config.def"}
         for ref in sorted(selected):
             i, _ = ref
@@ -269,7 +270,7 @@ class _Linker:
             name = op.symbol
             if op.name == "module.import":
                 continue
-            if op.name in RESOLVABLE and self.resolved.get((i, name)) is not None:
+            if op.name in RESOLVABLE and name is not None and self.resolved.get((i, name)) is not None:
                 continue
             if op.name in MERGED_DECLS:
                 key = (op.name, name)
@@ -340,7 +341,7 @@ def signature_difference(a: Signature, b: Signature) -> str | None:
             return (t.name, t.elem.name, tuple(d if isinstance(d, int) else ("arg", pos.get(id(d))) for d in t.dims))
         return t.name
 
-    def pred_key(preds: list | None, pos: dict[int, int]) -> object:
+    def pred_key(preds: list[Pred] | None, pos: dict[int, int]) -> object:
         if not preds:
             return ()
         return tuple((p.name, tuple(("arg", pos.get(id(x))) if isinstance(x, Value) else x for x in p.args))

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.errors import LoomError, UsageError
 from loomcli.ir.core import Module
 from loomcli.passes.registry import ModulePass, PassContext, PassOption, get_pass, pass_names
+
+if TYPE_CHECKING:
+    from loomcli.passes.bind import ConfigBindings
+    from loomcli.targets.profiles import Profile
 
 # The default pipeline. Linking stages put `specialize-config` and
 # `select-templates` in front of it once they exist. `symbol-dce` is not in
@@ -178,10 +182,10 @@ def run_pipeline(module: Module, text: str | Pipeline, ctx: PassContext | None =
     return pipeline
 
 
-def run_passes(module: Module, pipeline: str | Pipeline, *, bindings: Any = None, profile: Any = None,
-               verify_each: bool = False) -> Pipeline:
+def run_passes(module: Module, pipeline: str | Pipeline, *, bindings: ConfigBindings | None = None,
+               profile: Profile | None = None, verify_each: bool = False) -> Pipeline:
     """Run a pipeline with config `bindings` and a target `profile` for the passes that use them."""
-    ctx = PassContext(config=bindings if bindings is not None else {}, target=profile, verify_each=verify_each)
+    ctx = PassContext(config=bindings, target=profile, verify_each=verify_each)
     return run_pipeline(module, pipeline, ctx)
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from loomcli.ir.core import Module
+
+if TYPE_CHECKING:
+    from loomcli.passes.bind import ConfigBindings
+    from loomcli.targets.profiles import Profile
 
 
 @dataclass
@@ -24,8 +27,8 @@ class PassContext:
     target profile (for the passes that need them), and whether to verify
     after every pass."""
 
-    config: Mapping[str, Any] = field(default_factory=dict)
-    target: Any = None
+    config: ConfigBindings | None = None   # none: every config.get stays unbound
+    target: Profile | None = None
     verify_each: bool = False
     # What passes report besides the module: template selection decisions
     # (`--print-selections`) and warnings.

@@ -91,9 +91,9 @@ def run_launch_config(module: Module, kernel: Operation, workload: Mapping[Value
             continue
         values[name] = tuple(env.get(v) for v in operands)  # type: ignore[assignment]
         for v in operands:
-            f = failed.get(v)
-            if f is not None and name not in f.fields:
-                f.fields.append(name)
+            upstream = failed.get(v)
+            if upstream is not None and name not in upstream.fields:
+                upstream.fields.append(name)
     return ConfigRun(values, [f for f in failures if f.fields])
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 import os
 
-from loomcli.emit.artifacts import Artifact, Emission, manifest
+from loomcli.emit import Artifact
+from loomcli.emit.artifacts import Emission, manifest
 from loomcli.errors import LoomError
 from loomcli.ir.core import Module
 from loomcli.pipeline import ConfigSources, FrontEnd, specialize

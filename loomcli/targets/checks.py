@@ -120,7 +120,7 @@ class _KernelChecker:
         self.diags: list[Diagnostic] = []
 
     def error(self, code: str, loc: tuple[int, int], **fields: object) -> None:
-        self.diags.append(Diagnostic.make(code, self.module.path, loc, **fields))
+        self.diags.append(Diagnostic.make(code, self.module.path, loc, "error", **fields))
 
     def run(self) -> None:
         self.check_profile()
@@ -274,8 +274,7 @@ def reachable_ops(ops: list[Operation], symbols: dict[str, Operation]) -> Iterat
             for op in top.walk():
                 yield op
                 name = op.attr("callee", None) if op.name in CALLS else None
-                callee = symbols.get(name) if name else None
-                if callee is not None and name not in seen and callee.regions:
+                if name and name not in seen and (callee := symbols.get(name)) is not None and callee.regions:
                     seen.add(name)
                     stack.append(iter(callee.regions[0].ops))
             break
