@@ -525,7 +525,7 @@ class OpTable(dict[str, V]):
         for name, value in entries.items():
             self[name] = value
 
-    def setdefault(self, name: str, value: V) -> V:  # type: ignore[override]
+    def setdefault(self, name: str, value: V) -> V:
         if name not in self:
             self[name] = value
         return self[name]

@@ -82,6 +82,28 @@ class ShapedType(Type):
         return f"{self.name}<{'x'.join(parts)}x{self.elem.name}>"
 
 
+def scalar(t: Type) -> ScalarType:
+    """`t` as the scalar type a verified op's typing rule makes it (TypeError otherwise)."""
+    if not isinstance(t, ScalarType):
+        raise TypeError(f"{t} is not a scalar type")
+    return t
+
+
+def shaped(t: Type) -> ShapedType:
+    """`t` as the shaped type a verified op's typing rule makes it (TypeError otherwise)."""
+    if not isinstance(t, ShapedType):
+        raise TypeError(f"{t} is not a shaped type")
+    return t
+
+
+def lane_count(t: Type) -> int:
+    """A vector type's lane count (its one dimension, always static)."""
+    n = shaped(t).dims[0]
+    if not isinstance(n, int):
+        raise TypeError(f"{t} has no static lane count")
+    return n
+
+
 def _scalar(name: str, category: str, bits: int) -> ScalarType:
     return ScalarType(name, category, bits)
 
@@ -111,11 +133,11 @@ ELEMENT_TYPES = frozenset(t for t in SCALAR_TYPES.values() if t.category in ("in
 ELEMENT_BYTES = {I1: 1, I8: 1, I16: 2, F16: 2, BF16: 2, I32: 4, F32: 4, I64: 8, F64: 8}
 
 
-def is_int(t: Type) -> bool:
+def is_int(t: Type) -> TypeGuard[ScalarType]:
     return isinstance(t, ScalarType) and t.category == "int"
 
 
-def is_float(t: Type) -> bool:
+def is_float(t: Type) -> TypeGuard[ScalarType]:
     return isinstance(t, ScalarType) and t.category == "float"
 
 

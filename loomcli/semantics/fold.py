@@ -33,7 +33,7 @@ from typing import Any
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Operation, OpResult, Value
 from loomcli.ir.ops import OpTable
-from loomcli.ir.types import BF16, F16, F32, F64, I1, INDEX, OFFSET, ScalarType, Type, is_float, is_int
+from loomcli.ir.types import BF16, F16, F32, F64, I1, INDEX, OFFSET, ScalarType, Type, is_float, is_int, scalar
 
 INDEX_MIN, INDEX_MAX = -(1 << 63), (1 << 63) - 1
 MASK64 = (1 << 64) - 1
@@ -96,7 +96,7 @@ def canonical(value: Any, t: Type) -> Any:
     if t is INDEX or t is OFFSET:
         return int(value)
     if is_int(t):
-        return from_pattern(pattern(value, t.bits), t.bits)  # type: ignore[attr-defined]
+        return from_pattern(pattern(value, t.bits), t.bits)
     if is_float(t):
         return round_float(t, float(value))
     return value
@@ -436,13 +436,13 @@ def _fold_index_cast(op: Operation, args: list[Any], lookup: Lookup | None) -> l
     (x,) = args
     src, dst = op.operand("value").type, _result_type(op)
     if is_int(src):
-        n = src.bits  # type: ignore[attr-defined]
+        n = src.bits
         u = pattern(x, n)
         if dst is INDEX:
             return [u if n == 1 else signed(u, n)]
         return [in_range(OFFSET, u)]  # zero-extends; an i64 must be >= 0
     if is_int(dst):
-        n = dst.bits  # type: ignore[attr-defined]
+        n = dst.bits
         return [from_pattern(x & _mask(n), n)]
     return [in_range(dst, x)]  # index <-> offset
 
@@ -551,7 +551,7 @@ _SCALAR_INT: dict[str, Callable[[int, int, int, tuple[str, ...]], int]] = {
 
 def _scalar_int(fn: Callable[[int, int, int, tuple[str, ...]], int]) -> Folder:
     def fold(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-        n = _result_type(op).bits  # type: ignore[attr-defined]
+        n = scalar(_result_type(op)).bits
         r = fn(pattern(args[0], n), pattern(args[1], n), n, tuple(op.attr_or("flags", ())))
         return [from_pattern(r & _mask(n), n)]
     return fold
@@ -563,7 +563,7 @@ for _name, _ifn in _SCALAR_INT.items():
 
 @folder("scalar.cmpi")
 def _fold_cmpi(op: Operation, args: list[Any], lookup: Lookup | None) -> list[Any]:
-    n = op.operand("lhs").type.bits  # type: ignore[attr-defined]
+    n = scalar(op.operand("lhs").type).bits
     ua, ub = pattern(args[0], n), pattern(args[1], n)
     return [compare_int(op.attr("predicate"), signed(ua, n), signed(ub, n), ua, ub)]
 
@@ -692,7 +692,7 @@ def _fold_cmpf(op: Operation, args: list[Any], lookup: Lookup | None) -> list[An
 
 
 def _int_bits(t: Type) -> int:
-    return t.bits  # type: ignore[attr-defined]
+    return scalar(t).bits
 
 
 @folder("scalar.sitofp")

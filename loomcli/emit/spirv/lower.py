@@ -41,6 +41,9 @@ from loomcli.ir.types import (
     Type,
     is_float,
     is_vector,
+    lane_count,
+    scalar,
+    shaped,
 )
 from loomcli.semantics.fold import canonical
 
@@ -155,11 +158,11 @@ class Lowerer(Builder):
         """SPIR-V types of the components of a value of type `t`."""
         if isinstance(t, ShapedType):
             if is_vector(t):
-                return [self.vtype(t.elem)] * t.dims[0]  # type: ignore[operator]
+                return [self.vtype(t.elem)] * lane_count(t)
             return ([self.u32_t] if len(roots) > 1 else []) + [self.u32_t] * len(t.dims)
         if t is BUFFER:
             return [self.u32_t] if len(roots) > 1 else []
-        return [self.vtype(t)]  # type: ignore[arg-type]
+        return [self.vtype(scalar(t))]
 
     def _sel(self, value: BufferValue | ViewValue) -> int:
         return value.sel if value.sel is not None else self.u32(value.roots[0].number)
@@ -541,8 +544,8 @@ def _index_constant(lo: Lowerer, op: Operation) -> None:
 
 @lowers("scalar.constant")
 def _scalar_constant(lo: Lowerer, op: Operation) -> None:
-    t = op.results[0].type
-    lo.env[op.results[0]] = lo.const(t, canonical(op.attr("value"), t))  # type: ignore[arg-type]
+    t = scalar(op.results[0].type)
+    lo.env[op.results[0]] = lo.const(t, canonical(op.attr("value"), t))
 
 
 @lowers("index.assume", "buffer.assume.noalias", "buffer.assume.alignment", "buffer.assume.memory_space")
@@ -607,25 +610,25 @@ def _index_cmp(lo: Lowerer, op: Operation) -> None:
 @lowers("index.cast")
 def _index_cast(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if src in (INDEX, OFFSET) and dst in (INDEX, OFFSET):
         r = x
     elif dst in (INDEX, OFFSET):  # integer -> index (sign-extend) / offset (zero-extend)
         if src is I1:
             r = lo.select(x, lo.u32(1), lo.u32(0))
-        elif src.bits == 32:  # type: ignore[attr-defined]
+        elif src.bits == 32:
             r = x
         else:
-            wider = src.bits < 32 and dst is INDEX  # type: ignore[attr-defined]
+            wider = src.bits < 32 and dst is INDEX
             r = lo.val(Op.SConvert if wider else Op.UConvert, lo.u32_t, x)
     else:  # index/offset -> integer: truncate, or extend by the source's signedness
         if dst is I1:
             r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, lo.u32(1)), lo.u32(0))
-        elif dst.bits == 32:  # type: ignore[attr-defined]
+        elif dst.bits == 32:
             r = x
         else:
-            extend = dst.bits > 32 and src is INDEX  # type: ignore[attr-defined]
-            r = lo.val(Op.SConvert if extend else Op.UConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
+            extend = dst.bits > 32 and src is INDEX
+            r = lo.val(Op.SConvert if extend else Op.UConvert, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
@@ -651,21 +654,21 @@ def _int_binary(lo: Lowerer, op: Operation) -> None:
         "scalar.minnumf", "scalar.maxnumf")
 def _float_binary(lo: Lowerer, op: Operation) -> None:
     a, b = lo.operands(op)
-    t = op.results[0].type
-    lo.env[op.results[0]] = fm.binary(lo, op.name[7:], t, a, b, op.attr("flags", ()))  # type: ignore[arg-type]
+    t = scalar(op.results[0].type)
+    lo.env[op.results[0]] = fm.binary(lo, op.name[7:], t, a, b, op.attr("flags", ()))
 
 
 @lowers(*(f"scalar.{n}" for n in ("sqrtf", "negf", "rsqrtf", "absf", "floorf", "ceilf")))
 def _float_unary(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    t = op.results[0].type
-    lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attr_or("flags", ()))  # type: ignore[arg-type]
+    t = scalar(op.results[0].type)
+    lo.env[op.results[0]] = fm.unary(lo, op.name[7:], t, x, op.attr_or("flags", ()))
 
 
 @lowers("scalar.fmaf")
 def _fma(lo: Lowerer, op: Operation) -> None:
     a, b, c = lo.operands(op)
-    lo.env[op.results[0]] = fm.fma(lo, op.results[0].type, a, b, c)  # type: ignore[arg-type]
+    lo.env[op.results[0]] = fm.fma(lo, scalar(op.results[0].type), a, b, c)
 
 
 @lowers("scalar.cmpf")
@@ -697,11 +700,11 @@ def _cmpi(lo: Lowerer, op: Operation) -> None:
 @lowers("scalar.sitofp", "scalar.uitofp")
 def _itofp(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
-    ft = lo.vtype(dst)  # type: ignore[arg-type]
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
+    ft = lo.vtype(dst)
     if src is I1:
         one = -1.0 if op.name == "scalar.sitofp" else 1.0
-        r = lo.select(x, lo.m.fconst(fm.cbits(dst), one), lo.m.fconst(fm.cbits(dst), 0.0))  # type: ignore[arg-type]
+        r = lo.select(x, lo.m.fconst(fm.cbits(dst), one), lo.m.fconst(fm.cbits(dst), 0.0))
     else:
         r = lo.val(Op.ConvertSToF if op.name == "scalar.sitofp" else Op.ConvertUToF, ft, x)
     lo.env[op.results[0]] = r
@@ -710,36 +713,36 @@ def _itofp(lo: Lowerer, op: Operation) -> None:
 @lowers("scalar.fptosi", "scalar.fptoui")
 def _fptoi(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if dst is I1:  # the only defined results: true is -1 (signed) or 1 (unsigned)
-        bits = fm.cbits(src)  # type: ignore[arg-type]
+        bits = fm.cbits(src)
         if op.name == "scalar.fptosi":
             r = lo.cmp(Op.FOrdLessThanEqual, x, lo.m.fconst(bits, -1.0))
         else:
             r = lo.cmp(Op.FOrdGreaterThanEqual, x, lo.m.fconst(bits, 1.0))
     else:
-        r = lo.val(Op.ConvertFToS if op.name == "scalar.fptosi" else Op.ConvertFToU, lo.vtype(dst), x)  # type: ignore[arg-type]
+        r = lo.val(Op.ConvertFToS if op.name == "scalar.fptosi" else Op.ConvertFToU, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
 @lowers("scalar.extf")
 def _extf(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
-    same = fm.cbits(src) == fm.cbits(dst)  # type: ignore[arg-type]
-    lo.env[op.results[0]] = x if same else lo.val(Op.FConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
+    same = fm.cbits(src) == fm.cbits(dst)
+    lo.env[op.results[0]] = x if same else lo.val(Op.FConvert, lo.vtype(dst), x)
 
 
 @lowers("scalar.fptrunc")
 def _fptrunc(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if dst is BF16:
-        if src.bits == 64:  # type: ignore[attr-defined]
+        if src.bits == 64:
             x = _f64_to_f32_odd(lo, x)
         r = fm.round_bf16(lo, x)
     else:
-        r = lo.val(Op.FConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
+        r = lo.val(Op.FConvert, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
@@ -762,32 +765,32 @@ def _f64_to_f32_odd(lo: Lowerer, x: int) -> int:
 @lowers("scalar.extsi", "scalar.extui", "scalar.trunci")
 def _int_cast(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if src is I1:
-        ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1  # type: ignore[attr-defined]
-        lo.vtype(dst)  # type: ignore[arg-type]
-        r = lo.select(x, lo.m.uint(dst.bits, ones), lo.m.uint(dst.bits, 0))  # type: ignore[attr-defined]
+        ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1
+        lo.vtype(dst)
+        r = lo.select(x, lo.m.uint(dst.bits, ones), lo.m.uint(dst.bits, 0))
     elif dst is I1:
-        one = lo.m.uint(src.bits, 1)  # type: ignore[attr-defined]
-        r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, one), lo.m.uint(src.bits, 0))  # type: ignore[attr-defined]
+        one = lo.m.uint(src.bits, 1)
+        r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, one), lo.m.uint(src.bits, 0))
     else:
-        r = lo.val(Op.SConvert if op.name == "scalar.extsi" else Op.UConvert, lo.vtype(dst), x)  # type: ignore[arg-type]
+        r = lo.val(Op.SConvert if op.name == "scalar.extsi" else Op.UConvert, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
 @lowers("scalar.bitcast")
 def _bitcast(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
-    src, dst = op.operand("value").type, op.result().type
+    src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if src is BF16:
         r = lo.val(Op.UConvert, lo.uint_t(16), lo.ishr(lo.bitcast(lo.u32_t, x), 16))
         if is_float(dst):
-            r = lo.bitcast(lo.vtype(dst), r)  # type: ignore[arg-type]
+            r = lo.bitcast(lo.vtype(dst), r)
     elif dst is BF16:
         bits16 = x if not is_float(src) else lo.bitcast(lo.uint_t(16), x)
         r = lo.bitcast(lo.m.float(32), lo.ishl(lo.val(Op.UConvert, lo.u32_t, bits16), 16))
     else:
-        r = lo.bitcast(lo.vtype(dst), x)  # type: ignore[arg-type]
+        r = lo.bitcast(lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
@@ -909,7 +912,7 @@ def _alloca(lo: Lowerer, op: Operation) -> None:
 @lowers("buffer.view")
 def _buffer_view(lo: Lowerer, op: Operation) -> None:
     buf, off = lo.operands(op)
-    t: ShapedType = op.results[0].type  # type: ignore[assignment]
+    t = shaped(op.results[0].type)
     size = ELEMENT_BYTES[t.elem]
     base = lo.ishr(off, size.bit_length() - 1)
     strides: list[int] = []
@@ -954,7 +957,7 @@ def _pack(lo: Lowerer, op: Operation) -> None:
 @lowers("view.load")
 def _view_load(lo: Lowerer, op: Operation) -> None:
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
+    elem = shaped(op.operand("view").type).elem
     e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.load(root, elem, e)])
     lo.env[op.results[0]] = r
@@ -964,7 +967,7 @@ def _view_load(lo: Lowerer, op: Operation) -> None:
 def _view_store(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
+    elem = shaped(op.operand("view").type).elem
     e = lo.element(view, lo.indices(op))
     lo.on_roots(view.roots, view.sel, lambda root: lo.store(root, elem, e, x) or [])
 
@@ -973,7 +976,7 @@ def _view_store(lo: Lowerer, op: Operation) -> None:
 def _atomic(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
+    elem = shaped(op.operand("view").type).elem
     e = lo.element(view, lo.indices(op))
     (r,) = lo.on_roots(view.roots, view.sel, lambda root: [lo.atomic(op, root, elem, e, x)])
     lo.env[op.results[0]] = r
@@ -984,22 +987,22 @@ def _atomic(lo: Lowerer, op: Operation) -> None:
 
 @lowers("vector.constant")
 def _vector_constant(lo: Lowerer, op: Operation) -> None:
-    t: ShapedType = op.results[0].type  # type: ignore[assignment]
+    t = shaped(op.results[0].type)
     c = lo.const(t.elem, canonical(op.attr("value"), t.elem))
-    lo.env[op.results[0]] = (c,) * t.dims[0]  # type: ignore[operator]
+    lo.env[op.results[0]] = (c,) * lane_count(t)
 
 
 @lowers("vector.splat")
 def _splat(lo: Lowerer, op: Operation) -> None:
-    t: ShapedType = op.results[0].type  # type: ignore[assignment]
-    lo.env[op.results[0]] = (lo.get(op.operand("value")),) * t.dims[0]  # type: ignore[operator]
+    t = shaped(op.results[0].type)
+    lo.env[op.results[0]] = (lo.get(op.operand("value")),) * lane_count(t)
 
 
 @lowers("vector.load")
 def _vector_load(lo: Lowerer, op: Operation) -> None:
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
-    n = op.results[0].type.dims[0]  # type: ignore[attr-defined]
+    elem = shaped(op.operand("view").type).elem
+    n = lane_count(op.results[0].type)
     e = lo.element(view, lo.indices(op))
     lanes = lo.on_roots(view.roots, view.sel,
                         lambda root: [lo.load(root, elem, lo.iadd(e, lo.u32(k))) for k in range(n)])
@@ -1010,7 +1013,7 @@ def _vector_load(lo: Lowerer, op: Operation) -> None:
 def _vector_store(lo: Lowerer, op: Operation) -> None:
     lanes = lo.get(op.operand("value"))
     view: ViewValue = lo.get(op.operand("view"))
-    elem = op.operand("view").type.elem  # type: ignore[attr-defined]
+    elem = shaped(op.operand("view").type).elem
     e = lo.element(view, lo.indices(op))
 
     def emit(root: Root) -> list[int]:
@@ -1051,16 +1054,16 @@ def _insert(lo: Lowerer, op: Operation) -> None:
 @lowers("vector.reduce")
 def _vector_reduce(lo: Lowerer, op: Operation) -> None:
     lanes, acc = lo.operands(op)
-    t = op.results[0].type
+    t = scalar(op.results[0].type)
     for lane in lanes:
-        acc = fm.combine(lo, op.attr("kind"), t, acc, lane)  # type: ignore[arg-type]
+        acc = fm.combine(lo, op.attr("kind"), t, acc, lane)
     lo.env[op.results[0]] = acc
 
 
 @lowers("vector.fmaf", "vector.addf", "vector.mulf", "vector.addi", "vector.muli")
 def _vector_arith(lo: Lowerer, op: Operation) -> None:
     args = lo.operands(op)
-    t = op.results[0].type.elem  # type: ignore[attr-defined]
+    t = shaped(op.results[0].type).elem
     name = op.name[7:]
     flags = op.attr_or("flags", ())
     out = []
@@ -1119,7 +1122,7 @@ def _barrier(lo: Lowerer, op: Operation) -> None:
 
 @lowers("kernel.subgroup.reduce")
 def _subgroup_reduce(lo: Lowerer, op: Operation) -> None:
-    t: ScalarType = op.results[0].type  # type: ignore[assignment]
+    t = scalar(op.results[0].type)
     kind = op.attr("kind")
     wt, v = lo.promote(t, kind, lo.get(op.operand("value")))
     lo.env[op.results[0]] = lo.demote(t, wt, lo.subgroup_reduce(kind, wt, v))
