@@ -28,7 +28,7 @@ def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
     return t
 
 
-def remap_attr(v: Any, mapping: dict[Value, Value]) -> Any:
+def remap_attr(v: Any, mapping: Mapping[Value, Value]) -> Any:
     """An attribute value with the SSA values it names mapped; signatures get
     fresh local names (their region arguments are mapped already)."""
     if isinstance(v, Signature):
@@ -50,7 +50,7 @@ def remap_attr(v: Any, mapping: dict[Value, Value]) -> Any:
     return v  # immutable scalars, Ident, HashAttr, SymbolRef
 
 
-def _clone_local(a: Value, mapping: dict[Value, Value]) -> Value:
+def _clone_local(a: Value, mapping: Mapping[Value, Value]) -> Value:
     """A signature argument: region arguments are already mapped; local names are copied."""
     if a in mapping:
         return mapping[a]

@@ -30,7 +30,7 @@ MAX_DEPTH = 256
 DETACHED = "\n"
 
 
-class FileLoc(tuple):
+class FileLoc(tuple[int, int]):
     """A (line, column) that also names its file: linking stamps the ops it
     copies from another input with these, so a diagnostic about them names
     that input (`Diagnostic.make` prefers a location's file)."""

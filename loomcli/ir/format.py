@@ -169,7 +169,7 @@ class Dict(Directive):
     def attributes(self) -> tuple[str, ...]:
         return (self.attr,)
 
-    def __init__(self, attr: str = "dict", keys: dict[str, tuple[str, ...] | type] | None = None) -> None:
+    def __init__(self, attr: str = "dict", keys: dict[str, tuple[str, ...] | type[int]] | None = None) -> None:
         self.attr = attr
         self.keys = keys
 

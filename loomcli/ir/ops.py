@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from loomcli.ir.format import (
     Bindings,
@@ -177,7 +177,7 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
-def op(name: str, *fmt: Directive, **kw) -> OpDef:
+def op(name: str, *fmt: Directive, **kw: Any) -> OpDef:
     if "traits" in kw:
         kw["traits"] = frozenset(kw["traits"])
     d = OpDef(name, tuple(fmt), **kw)

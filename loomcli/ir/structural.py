@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from loomcli.ir import format as F
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
@@ -49,7 +49,7 @@ class StructureError(Exception):
         self.why = why
 
 
-def _fail(op: Operation | None, why: str) -> None:
+def _fail(op: Operation | None, why: str) -> NoReturn:
     raise StructureError(f"{op.name}: {why}" if op is not None else why)
 
 
@@ -202,7 +202,7 @@ class _OpCheck:
         self.region_scopes: dict[int, _Scope] = {}
         self.sig_scopes: dict[str, _Scope] = {}
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str) -> NoReturn:
         _fail(self.op, why)
 
     def need(self, attr: str) -> Any:
@@ -373,7 +373,7 @@ def _dict(c: _OpCheck, d: F.Dict) -> None:
         c.fail(f"`{d.attr}` must hold exactly {', '.join(d.keys)}")
     for key, allowed in d.keys.items():
         v = value[key]
-        if allowed is int:
+        if not isinstance(allowed, tuple):  # int
             if not _is_int(v):
                 c.fail(f"`{key}` must be an integer")
         elif type(v) is not Ident or v.text not in allowed:

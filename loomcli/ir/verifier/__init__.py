@@ -21,11 +21,12 @@ from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import literal_text
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.ops import MODULE, TERMINATOR, function_context
+from loomcli.ir.verifier.base import literal_fits
 from loomcli.ir.verifier.convergence import ConvergenceChecks
 from loomcli.ir.verifier.purity import PurityChecks
 from loomcli.ir.verifier.structure import StructureRules
 from loomcli.ir.verifier.symbols import SymbolRules
-from loomcli.ir.verifier.types import MAX_VECTOR_LANES, TypeRules, literal_fits
+from loomcli.ir.verifier.types import MAX_VECTOR_LANES, TypeRules
 
 
 class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, PurityChecks):
@@ -44,10 +45,11 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             # A terminator ends its region and is found nowhere else (section 3):
             # STRUCTURE/001, never STRUCTURE/003; a wrong last one is check_region_end's.
             region = op.parent
-            if region is not None and region.owner is None:
+            owner = region.owner if region is not None else None
+            if region is not None and owner is None:
                 self.error("STRUCTURE/001", op.loc, op="the module", terminator=f"no terminator (found {op.name})")
-            elif region is not None and region.ops[-1] is not op:
-                self.error("STRUCTURE/001", op.loc, op=region.owner.name, terminator=self._terminator_of(region))
+            elif region is not None and owner is not None and region.ops[-1] is not op:
+                self.error("STRUCTURE/001", op.loc, op=owner.name, terminator=self._terminator_of(region))
         elif context not in opdef.contexts:
             where = "the module" if context == MODULE else f"a {context}"
             self.error("STRUCTURE/003", op.loc, op=op.name, context=where)

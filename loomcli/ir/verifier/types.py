@@ -336,7 +336,7 @@ class TypeRules(VerifierBase):
             self.want(op, "operand 1 of vector.extract", idx.type, idx.type is INDEX, "index", op.operand_loc(1))
         elif isinstance(lanes, int) and not 0 <= k < lanes:
             self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
-                       why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
+                       why=f"a vector<{lanes}> has lanes 0..{lanes - 1}")
         self.result(op, lambda t: t is v.elem, v.elem.name)
 
     def rule_vector_insert(self, op: Operation) -> None:
@@ -352,7 +352,7 @@ class TypeRules(VerifierBase):
             self.want(op, "operand 2 of vector.insert", idx.type, idx.type is INDEX, "index", op.operand_loc(2))
         elif isinstance(lanes, int) and not 0 <= k < lanes:
             self.error("TYPE/003", op.loc_of("index0"), what=f"lane {k}",
-                       why=f"a vector<{v.dims[0]}> has lanes 0..{v.dims[0] - 1}")
+                       why=f"a vector<{lanes}> has lanes 0..{lanes - 1}")
 
     def _combining_kind(self, op: Operation, elem: Type) -> None:
         kind = op._attrs.get("kind")
