@@ -63,6 +63,17 @@ def vulkan_profile(target: str | None, runner: VulkanRunner) -> Profile:
     return profile
 
 
+@dataclass(frozen=True)
+class Linking:
+    """What every tested file is linked and bound with (TOOLCHAIN.md 13):
+    its declarations resolve to `libraries`; `config` and `config_files`
+    bind its keys. Diagnostics point into the files themselves."""
+
+    libraries: tuple[str, ...] = ()
+    config: tuple[str, ...] = ()
+    config_files: tuple[str, ...] = ()
+
+
 @dataclass
 class FileCases:
     path: str
@@ -77,7 +88,8 @@ class Session:
     """One `loom test` run: compiles, runs and reports every file's cases."""
 
     def __init__(self, runner: VulkanRunner | None, profile: Profile, reporter: Reporter, quiet: bool,
-                 max_steps: int | None = None) -> None:
+                 max_steps: int | None = None, linking: Linking | None = None) -> None:
+        self.linking = linking or Linking()
         self.runner = runner
         self.max_steps = max_steps  # the interpreter's step budget per launch (None: its default)
         self.profile = profile
@@ -154,7 +166,9 @@ class Session:
                         if op.name == "kernel.launch"})
         if not roots:
             return None
-        compiled = compile_module(CompileOptions(input=f.path, profile=self.profile, roots=roots, for_execution=True))
+        compiled = compile_module(CompileOptions(
+            input=f.path, libraries=self.linking.libraries, config=self.linking.config,
+            config_files=self.linking.config_files, profile=self.profile, roots=roots, for_execution=True))
         self.reporter.diagnostics(compiled.warnings)
         if self.runner is None:
             from loomcli.check.interpreter import DEFAULT_MAX_STEPS, InterpreterLauncher

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("files", nargs=-1, metavar="FILE...")
+@click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH",
+              help="A library each FILE's declarations resolve to (repeatable).")
+@click.option("-D", "--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
+@click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--case", "cases", multiple=True, metavar="@C", help="Run only this case (repeatable).")
 @click.option("--device", type=click.Choice(["auto", "vulkan", "interpreter"]), default="auto", show_default=True,
               help="Where kernels run: a Vulkan device, or the reference interpreter.")
@@ -44,7 +49,8 @@ if TYPE_CHECKING:
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, metavar="N",
               help="Interpreter: operations one launch may run before EXEC/003 (default 20000000).")
 @diagnostics_option
-def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: str | None, bench: str | None,
+def test(files: tuple[str, ...], libraries: tuple[str, ...], config_pairs: tuple[str, ...],
+         config_files: tuple[str, ...], cases: tuple[str, ...], device: str, target: str | None, bench: str | None,
          max_steps: int | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Run the check cases of each FILE and report per case and sample."""
     # `--bench FILE` means `--bench` (all benchmarks) followed by a file.
@@ -53,7 +59,7 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
         bench = ""
     if not files:
         raise UsageError("loom test needs at least one FILE")
-    from loomcli.check.session import Session, interpreter_profile, open_device, vulkan_profile
+    from loomcli.check.session import Linking, Session, interpreter_profile, open_device, vulkan_profile
 
     runner = None if device == "interpreter" else open_device(device)
     try:
@@ -65,7 +71,8 @@ def test(files: tuple[str, ...], cases: tuple[str, ...], device: str, target: st
             profile = vulkan_profile(target, runner)
             if verbose:
                 click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
-        session = Session(runner, profile, _ClickReporter(DiagnosticPrinter(diagnostics_format)), quiet, max_steps)
+        session = Session(runner, profile, _ClickReporter(DiagnosticPrinter(diagnostics_format)), quiet, max_steps,
+                          Linking(libraries, config_pairs, config_files))
         session.run(files, [c.removeprefix("@") for c in cases],
                     None if bench is None else bench.removeprefix("@"))
     finally:
