@@ -93,6 +93,10 @@ class Diagnostic:
     def sort_key(self) -> tuple[int, int, str]:
         return (self.line, self.column, self.code)
 
+    def __str__(self) -> str:
+        """`file:line:col: error [CODE]: message`, the line the command line prints."""
+        return self.render()
+
     def render(self, source: str | None = None) -> str:
         where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
         head = f"{where}: {self.severity} [{self.code}]: {self.message}"

@@ -42,6 +42,7 @@ LAYERS = (
     "check",        # loom test: cases, Vulkan, the reference interpreter, sessions
     "frontier",     # command programs -> command bytes and kernel requests (compiled through the service)
     "build",        # loom build: projects, the build engine, packages, the progress display
+    "api",          # the embedding API (docs/api.md): sources, compilers, results, the pool, the frontier
     "driver",       # click glue: options, diagnostics printing, exit codes
     "commands",     # one module per command
     "cli",          # the lazy command registry

@@ -146,23 +146,25 @@ class FrontierOptions:
     name: str | None = None              # default: the stem of `input`
 
 
-def build_command_product(options: FrontierOptions, sink: RequestSink | None = None) -> CommandProduct:
+def build_command_product(options: FrontierOptions, sink: RequestSink | None = None,
+                          inputs: Any = None) -> CommandProduct:
     """Build the product of the command roots of `options.input`; publish each
     kernel request to `sink` as it becomes available. Raises CompileError
-    (the input's fault) or UsageError."""
+    (the input's fault) or UsageError. `inputs` (a `loomcli.service.front.Inputs`,
+    sources held in memory) replaces reading `options.input` and its libraries."""
     from loomcli.ir.gcpause import gc_paused
 
     with gc_paused():
-        return _build(options, sink)
+        return _build(options, sink, inputs)
 
 
-def _build(options: FrontierOptions, sink: RequestSink | None) -> CommandProduct:
+def _build(options: FrontierOptions, sink: RequestSink | None, given: Any) -> CommandProduct:
     from loomcli.frontier.prepare import Preparer
     from loomcli.passes.pipeline import Pipeline
     from loomcli.pipeline import ConfigSources
     from loomcli.service.front import Files, FrontEndOptions, link_and_bind
 
-    inputs = Files((options.input,), options.libraries)
+    inputs = given if given is not None else Files((options.input,), options.libraries)
     index = inputs.read()
     roots = _roots(index, options.roots)
     config = ConfigSources(options.config, options.config_files, options.project_config)

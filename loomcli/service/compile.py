@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from loomcli.diagnostics import Diagnostic
 from loomcli.emit import Artifact
 from loomcli.emit.artifacts import Emission, manifest
-from loomcli.errors import LoomError
+from loomcli.errors import LoomError, UsageError
 from loomcli.ir.core import Module
 from loomcli.pipeline import ConfigSources, FrontEnd, specialize
 from loomcli.runtime.tasks import Header, WorkerContext
@@ -62,29 +65,66 @@ def outcome_for(front: FrontEnd, profile: Profile | None, outputs: Outputs) -> C
     module for `profile`, run its pipeline, write `outputs`. Raises
     CompileError / LoomError (`compile_request` and callers turn them into
     outcomes)."""
+    names = [outputs.format] + ["launch-config"] * outputs.launch_config + ["manifest"] * outputs.manifest
+    made = produce(front, profile, names, outputs.artifact_name, outputs.launch_config_name)
+    return CompileOutcome("ok", made.outputs[outputs.format], made.outputs.get("launch-config", b""),
+                          made.outputs.get("manifest", b""), made.warnings, made.selections,
+                          extra={"exports": list(made.exports)} if made.target_format else {})
+
+
+@dataclass(frozen=True)
+class Produced:
+    """Several outputs of one compile (one specialization, one emission)."""
+
+    outputs: dict[str, bytes]                   # output name -> bytes, in the order asked
+    warnings: tuple[Diagnostic, ...]
+    selections: tuple[str, ...]
+    exports: tuple[str, ...]                    # the target artifact's exports, in root order
+    target_format: str = ""                     # the first target format asked for ("" none)
+
+
+OUTPUT_NAMES = MODULE_FORMATS + TARGET_FORMATS + ("launch-config", "manifest")
+
+
+def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], artifact_name: str = "",
+            launch_config_name: str = "") -> Produced:
+    """Specialize `front` for `profile` once and write every output in `names`
+    (`OUTPUT_NAMES`); the manifest describes the first target format asked."""
+    for name in names:
+        if name not in OUTPUT_NAMES:
+            raise UsageError(f"unknown output {name}; the outputs: {', '.join(OUTPUT_NAMES)}")
+    executable = any(n in TARGET_FORMATS or n == "launch-config" for n in names)
+    if profile is None and executable:
+        raise UsageError("target artifacts and launch configs need a target")
     # Artifacts and launch configs need every reachable config.get bound (17.22).
-    compiled = specialize(front, profile, for_execution=outputs.format in TARGET_FORMATS or outputs.launch_config)
+    compiled = specialize(front, profile, for_execution=executable)
     selections = tuple(d.describe() for d in compiled.decisions)
     # TARGET checks once, for every output.
     emission = Emission(compiled.module, profile) if profile is not None else None
-    artifact: Artifact | None = None
-    if outputs.format in MODULE_FORMATS:
-        data = module_bytes(compiled.module, outputs.format)
-    else:
-        assert emission is not None  # `_profile` and the planners ask for a target first
-        artifact = emission.artifact(outputs.format)
-        data = artifact.data
-    launch_config = b""
-    if outputs.launch_config:
-        assert emission is not None
-        launch_config = emission.launch_config()
-    described = b""
-    if outputs.manifest:
-        if artifact is None:
+    made: dict[str, bytes] = {}
+    first: Artifact | None = None
+    target_format = ""
+    for name in names:
+        if name in made or name == "manifest":
+            continue
+        if name in MODULE_FORMATS:
+            made[name] = module_bytes(compiled.module, name)
+        elif name in TARGET_FORMATS:
+            assert emission is not None
+            artifact = emission.artifact(name)
+            if first is None:
+                first, target_format = artifact, name
+            made[name] = artifact.data
+        else:
+            assert emission is not None
+            made[name] = emission.launch_config()
+    if "manifest" in names:
+        if first is None:
             raise LoomError("--manifest describes a target artifact (.hsaco, .spv, .ptx, .cubin, .ll, .s)", 2)
-        described = manifest(artifact, outputs.artifact_name, outputs.launch_config_name or None)
-    exports = {"exports": [k["export"] for k in artifact.kernels if k.get("export") is not None]} if artifact else {}
-    return CompileOutcome("ok", data, launch_config, described, tuple(compiled.warnings), selections, extra=exports)
+        made["manifest"] = manifest(first, artifact_name, launch_config_name or None)
+    exports = tuple(k["export"] for k in first.kernels if k.get("export") is not None) if first else ()
+    ordered = {n: made[n] for n in dict.fromkeys(names)}
+    return Produced(ordered, tuple(compiled.warnings), selections, exports, target_format)
 
 
 def module_bytes(module: Module, fmt: str) -> bytes:

@@ -1,0 +1,211 @@
+"""The embedding API (TOOLCHAIN.md section 15, docs/api.md): one test per row,
+the sharing contract, status against result, and the samples' exact lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import loomcli as loom
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+LIBRARY = """\
+func.def public pure inline @twice(%x: index) -> (index) {
+  %y = index.add %x, %x : index
+  func.return %y : index
+}
+"""
+
+USER = """\
+func.decl public pure @twice(%x: index) -> (index)
+
+kernel.def export("grid") @grid(%n: index) {
+  %one = index.constant 1 : index
+  %size = index.constant 32 : index
+  %twice = func.call pure @twice(%n) : (index) -> (index)
+  %groups = index.div %twice, %size : index
+  kernel.launch.config workgroups(%groups, %one, %one) workgroup_size(%size, %one, %one) : index
+} launch() {
+  kernel.return
+}
+"""
+
+
+def saxpy() -> loom.Source:
+    return loom.Source.from_path(SAMPLES / "saxpy.loom")
+
+
+def test_import_is_cheap() -> None:
+    code = ("import sys, loomcli as loom\n"
+            "heavy = [m for m in sys.modules if m.split('.')[0] in ('llvmlite', 'click', 'rich', 'vulkan')]\n"
+            "assert not heavy, heavy\nassert 'loomcli.api' not in sys.modules\n"
+            "loom.Source; assert 'loomcli.api' in sys.modules\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert out.stdout == "ok\n", out.stderr
+
+
+def test_sources_in_memory_from_text_bytes_and_path() -> None:
+    text = saxpy().data.decode()
+    compiler = loom.Compiler()
+    bc = compiler.compile(loom.Source.from_text(text, name="saxpy.loom")).artifacts["loom-bytecode"]
+    assert bc.name == "saxpy.loombc" and bc.data.startswith(b"LOOM")
+    again = compiler.compile(loom.Source.from_bytes(bc.data, name="saxpy.loombc"), target="spirv:vulkan1.3",
+                             outputs=("spirv-binary",))
+    direct = compiler.compile(saxpy(), target="spirv:vulkan1.3", outputs=("spirv-binary",))
+    assert again.ok and direct.ok
+    assert again.artifacts["spirv-binary"].data == direct.artifacts["spirv-binary"].data
+    assert direct.artifacts["spirv-binary"].data[:4] == b"\x03\x02\x23\x07"
+
+
+def test_several_outputs_from_one_compile_and_exports() -> None:
+    result = loom.Compiler().compile(saxpy(), target=loom.Target("amdgpu:gfx1100"),
+                                     outputs=("amdgpu-hsaco", "launch-config", "manifest", "loom-text"))
+    assert result.ok and list(result.artifacts) == ["amdgpu-hsaco", "launch-config", "manifest", "loom-text"]
+    assert result.artifacts["amdgpu-hsaco"].data[:4] == b"\x7fELF"
+    assert b'"saxpy.hsaco"' in result.artifacts["manifest"].data
+    assert result.exports == ("saxpy",)
+
+
+def test_link_index_is_a_library_catalog() -> None:
+    libraries = loom.LinkIndex([loom.Source.from_text(LIBRARY, name="lib.loom")])
+    compiler = loom.Compiler()
+    result = compiler.compile(loom.Source.from_text(USER, name="user.loom"), target="amdgpu:gfx1100",
+                              libraries=libraries, outputs=("launch-config",))
+    assert result.ok, result.diagnostics
+    program = loom.LaunchProgram(result.artifacts["launch-config"].data)
+    assert program.invoke(program.lookup("grid"), [64]).workgroups == (4, 1, 1)
+    alone = compiler.compile(loom.Source.from_text(USER, name="user.loom"), target="amdgpu:gfx1100",
+                             outputs=("launch-config",))
+    assert not alone.ok and alone.diagnostics[0].file == "user.loom"
+
+
+def test_targets_are_the_profiles() -> None:
+    names = [t.name for t in loom.targets()]
+    assert "amdgpu:gfx1100" in names and "spirv:vulkan1.3" in names and "nvptx:sm_90" in names
+    assert loom.Target("gfx1100") == loom.Target("amdgpu:gfx1100")
+    with pytest.raises(loom.UsageError, match="unknown target"):
+        loom.Target("amdgpu:gfx0")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: loom.Compiler(pipeline="no-such-pass"),
+    lambda: loom.Compiler().compile(saxpy(), outputs=("spirv",)),
+    lambda: loom.Compiler().compile(saxpy(), outputs=("spirv-binary",)),          # no target
+    lambda: loom.Compiler().compile("kernel.def ...", outputs=("loom-bytecode",)),  # not a Source
+    lambda: loom.Compiler().compile(saxpy(), target=3),
+    lambda: loom.Source.from_text(b"bytes"),
+    lambda: loom.TaskPool(max_workers=0),
+])
+def test_misuse_raises_usage_error(call) -> None:
+    with pytest.raises(loom.UsageError):
+        call()
+
+
+def test_a_failed_compile_is_a_result_with_the_cli_text(tmp_path: Path) -> None:
+    bad = "kernel.def @k( {\n"
+    result = loom.Compiler().compile(loom.Source.from_text(bad, name=str(tmp_path / "bad.loom")))
+    assert not result.ok and not result.artifacts
+    (tmp_path / "bad.loom").write_text(bad)
+    cli = subprocess.run([sys.executable, "-m", "loomcli", "compile", str(tmp_path / "bad.loom"), "-o",
+                          str(tmp_path / "bad.loombc")], env=ENV, capture_output=True, text=True)
+    assert cli.returncode == 1
+    first = result.diagnostics[0]
+    assert (first.code, first.line, first.column) == ("PARSE/003", 1, 16)
+    assert str(first) == cli.stderr.splitlines()[0]
+
+
+def test_compile_from_many_threads_matches_serial() -> None:
+    compiler = loom.Compiler()
+    source = saxpy()
+    kinds = [("spirv:vulkan1.3", "spirv-binary"), ("amdgpu:gfx1100", "amdgpu-hsaco")] * 4
+    serial = [compiler.compile(source, target=t, outputs=(o,)).artifacts[o].data for t, o in kinds]
+    barrier = threading.Barrier(len(kinds))
+
+    def one(kind: tuple[str, str]) -> bytes:
+        barrier.wait()
+        return compiler.compile(source, target=kind[0], outputs=(kind[1],)).artifacts[kind[1]].data
+
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        assert list(pool.map(one, kinds)) == serial
+
+
+def test_launch_program_str_is_the_launch_eval_line(tmp_path: Path) -> None:
+    result = loom.Compiler().compile(saxpy(), target="amdgpu:gfx1100", outputs=("launch-config",))
+    data = result.artifacts["launch-config"].data
+    (tmp_path / "saxpy.launch.loombc").write_bytes(data)
+    program = loom.LaunchProgram(data)
+    launch = program.invoke(program.lookup("saxpy"), [1000])
+    cli = subprocess.run([sys.executable, "-m", "loomcli", "launch-eval", str(tmp_path / "saxpy.launch.loombc"),
+                          "saxpy", "1000"], env=ENV, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert str(launch) == cli.stdout.strip()
+    with pytest.raises(loom.UsageError):
+        program.lookup("nope")
+
+
+def test_frontier_sink_runs_during_construction_and_keys_skip_bindings() -> None:
+    source = loom.Source.from_path(SAMPLES / "frontier.loom")
+    seen: list[loom.Request] = []
+    returned = False
+
+    def sink(request: loom.Request) -> None:
+        assert not returned
+        seen.append(request)
+
+    product = loom.build_command_product(source, target="amdgpu:gfx1100", request_sink=sink)
+    returned = True
+    assert product.ok and product.summary(0) == "command=run requirements=4 compiled=3 external=1"
+    assert len(seen) == 3 and all(r.route == "compiled-module" and r.bindings for r in seen)
+    from loomcli.frontier.product import COMPILED_MODULE_ROUTE, request_key
+
+    assert all(r.key == request_key(r.data, r.roots, COMPILED_MODULE_ROUTE) for r in seen)
+    quiet = loom.build_command_product(source, target="amdgpu:gfx1100")
+    assert [p.data for p in quiet.programs] == [p.data for p in product.programs]
+    assert quiet.requirements == product.requirements
+    compiler = loom.Compiler()
+    with ThreadPoolExecutor(2) as executor:  # an application's own executor
+        results = list(executor.map(lambda r: compiler.compile_request(r, target="amdgpu:gfx1100",
+                                                                       outputs=("amdgpu-hsaco",)), seen))
+    assert all(r.ok and r.artifacts["amdgpu-hsaco"].data[:4] == b"\x7fELF" for r in results)
+
+
+def test_task_pool_results_match_in_process_and_a_dead_worker_is_status() -> None:
+    compiler = loom.Compiler()
+    want = compiler.compile(saxpy(), target="spirv:vulkan1.3", outputs=("spirv-binary",))
+    with loom.TaskPool(max_workers=64) as pool:
+        assert 1 <= pool.worker_count <= min(64, len(os.sched_getaffinity(0)))
+        got = pool.submit_compile(saxpy(), compiler=compiler, target="spirv:vulkan1.3",
+                                  outputs=("spirv-binary",)).result()
+        assert got == want
+        bad = pool.submit_compile(loom.Source.from_text("kernel.def @k( {\n", name="bad.loom")).result()
+        assert not bad.ok and str(bad.diagnostics[0]).startswith("bad.loom:1:16: error [PARSE/003]")
+        from loomcli.runtime.tasks import Task
+
+        with pytest.raises(loom.LoomError) as failure:  # a worker whose task itself fails
+            pool._submit(Task("loomcli.api:compile_task", {"sources": 1}, b"")).result()
+        assert failure.value.exit_code == 3
+
+
+@pytest.mark.parametrize("script, lines", [
+    ("jit_task_pool.py", ["compiled=8"]),
+    ("product_frontier.py", ["command=run requirements=4 compiled=3 external=1"]),
+    ("jit_kernel.py", ["workload=1009 workgroups=16x1x1 workgroup_size=64x1x1",
+                       "artifact=guide_jit_kernel.hsaco format=amdgpu-hsaco bytes="]),
+])
+def test_samples_print_the_seed_lines(script: str, lines: list[str]) -> None:
+    out = subprocess.run([sys.executable, str(SAMPLES / "api" / script)], env=ENV, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.splitlines()
+    assert len(got) == len(lines)
+    for line, want in zip(got, lines):
+        assert line == want if not want.endswith("=") else line.startswith(want) and int(line[len(want):]) > 0
