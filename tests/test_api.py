@@ -209,3 +209,18 @@ def test_samples_print_the_seed_lines(script: str, lines: list[str]) -> None:
     assert len(got) == len(lines)
     for line, want in zip(got, lines):
         assert line == want if not want.endswith("=") else line.startswith(want) and int(line[len(want):]) > 0
+
+
+@pytest.mark.parametrize("doc", ["api.md", "spirv.md", "nvptx.md"])
+def test_the_docs_first_example_runs_as_written(doc: str, capsys) -> None:
+    import re
+
+    code = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / doc).read_text(), re.S)[0]
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        exec(compile(code, doc, "exec"), {})
+    finally:
+        os.chdir(cwd)
+    if doc == "api.md":
+        assert capsys.readouterr().out.startswith("workload=1009 workgroups=16x1x1 workgroup_size=64x1x1 ")
