@@ -4,6 +4,7 @@ the sharing contract, status against result, and the samples' exact lines."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -224,3 +225,44 @@ def test_the_docs_first_example_runs_as_written(doc: str, capsys) -> None:
         os.chdir(cwd)
     if doc == "api.md":
         assert capsys.readouterr().out.startswith("workload=1009 workgroups=16x1x1 workgroup_size=64x1x1 ")
+
+
+def _package(tmp_path: Path, target: str, fmt: str) -> Path:
+    result = loom.Compiler().compile(saxpy(), target=target, outputs=(fmt, "launch-config", "manifest"))
+    for artifact in result.artifacts.values():
+        (tmp_path / artifact.name).write_bytes(artifact.data)
+    return tmp_path / "saxpy.manifest.json"
+
+
+def test_vulkan_host_sample_runs_saxpy_from_the_manifest(tmp_path: Path) -> None:
+    from loomcli.check.vulkan import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    manifest = _package(tmp_path, "spirv:vulkan1.3", "spirv-binary")
+    out = subprocess.run([sys.executable, str(SAMPLES / "host" / "vulkan_saxpy.py"), str(manifest), "1009"],
+                         env=ENV, capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, "ok n=1009 workgroups=8x1x1\n"), out.stderr
+
+
+def test_cuda_host_sample_packs_the_manifest_and_skips_without_a_gpu(tmp_path: Path) -> None:
+    sys.path.insert(0, str(SAMPLES / "host"))
+    try:
+        import cuda_saxpy
+    finally:
+        sys.path.pop(0)
+    import json
+
+    manifest = _package(tmp_path, "nvptx:sm_90", "nvptx-ptx")
+    kernel = json.loads(manifest.read_text())["kernels"][0]
+    x, y = 0x7000_0000_1000, 0x7000_0000_2000
+    block = cuda_saxpy.kernel_parameters(kernel, {"n": 1009, "alpha": 2.0, "x": x, "y": y})
+    assert len(block) == 32
+    assert struct.unpack("<QfxxxxQQ", block) == (1009, 2.0, x, y)
+    out = subprocess.run([sys.executable, str(SAMPLES / "host" / "cuda_saxpy.py"), str(manifest)], env=ENV,
+                         capture_output=True, text=True)
+    if out.returncode == 77:   # no cuda-python, driver or device: the usual case on CI
+        assert out.stdout.startswith("skip: ") and len(out.stdout.splitlines()) == 1
+    else:
+        assert (out.returncode, out.stdout) == (0, "ok n=1009 workgroups=8x1x1\n"), out.stderr
+
