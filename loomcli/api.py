@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.errors import LoomError, UsageError
+from loomcli.launch.program import Launch  # the evaluator's own result: immutable, str() = the launch-eval line
 
 __all__ = [
     "Artifact", "CommandResult", "Compiler", "Diagnostic", "Launch", "LaunchProgram", "LinkIndex", "LoomError",
@@ -405,21 +405,6 @@ class TaskPool:
 # ---------------------------------------------------------------- launch programs
 
 
-@dataclass(frozen=True)
-class Launch:
-    workload: tuple[Any, ...]
-    workgroups: tuple[int, int, int]
-    workgroup_size: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    subgroup_size: int
-    workgroup_storage_bytes: int
-
-    def __str__(self) -> str:
-        from loomcli.launch.program import Launch as Evaluated
-
-        return Evaluated(*(getattr(self, f) for f in self.__dataclass_fields__)).text()
-
-
 class LaunchProgram:
     """A loaded launch-config artifact; no LLVM. Evaluation reads the loaded
     module only, so one program may be shared by many threads."""
@@ -433,7 +418,6 @@ class LaunchProgram:
             self._program = Loaded.load(bytes(data), name)
         except CompileError as e:
             raise UsageError("; ".join(str(d) for d in e.diagnostics)) from None
-        self._lock = threading.Lock()
 
     def lookup(self, export: str) -> Any:
         try:
@@ -444,11 +428,9 @@ class LaunchProgram:
     def invoke(self, fn: Any, workload: Sequence[Any]) -> Launch:
         """The launch of `fn` for `workload`; a workload the contract rejects raises UsageError."""
         try:
-            got = self._program.invoke(fn, list(workload))
+            return self._program.invoke(fn, list(workload))
         except CompileError as e:
             raise UsageError("; ".join(str(d) for d in e.diagnostics)) from None
-        return Launch(got.workload, got.workgroups, got.workgroup_size, got.cluster, got.subgroup_size,
-                      got.workgroup_storage_bytes)
 
 
 # ---------------------------------------------------------------- the frontier

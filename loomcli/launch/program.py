@@ -68,6 +68,9 @@ class Launch:
     subgroup_size: int
     workgroup_storage_bytes: int
 
+    def __str__(self) -> str:
+        return self.text()
+
     def text(self) -> str:
         """`workload=1009 workgroups=16x1x1 ...`, the one line `loom launch-eval` prints."""
         def triple(t: tuple[int, ...]) -> str:
