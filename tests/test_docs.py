@@ -21,7 +21,8 @@ word is the language, the rest are markers):
                         change. Pending now: `check.generate.file` (issue 23,
                         LANGUAGE.md section 17 item 39).
 ```LANG file=PATH       the test writes the block to PATH in the document's project
-                        folder when it reaches it (tutorial.md and language.md)
+                        folder when it reaches it (tutorial.md and language.md);
+                        `file=PATH append` adds the block to the end of PATH
 ```sh run               every line is a command, run with bash in the project
                         folder in document order; each must exit 0 (the last one
                         N with `exit=N`); `needs=cmake|bazel|vulkan` marks
@@ -325,7 +326,8 @@ def run_document(path: Path, tmp: Path) -> None:
             if "file" in b.markers:
                 target = project.folder / b.markers["file"]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(b.text)
+                with target.open("a" if "append" in b.markers else "w") as f:
+                    f.write(("\n" if "append" in b.markers else "") + b.text)
             if b.lang == "sh" and "run" in b.markers:
                 last_run, last_output = b, None
                 why = tool_missing(b.markers["needs"]) if "needs" in b.markers else None

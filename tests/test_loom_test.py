@@ -123,3 +123,78 @@ def test_several_files_share_the_library_and_one_summary(project: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [*PASSED[:2], "PASS @again_case [n=1]", "PASS @again_case [n=300]",
                                      "2 passed, 0 failed"]
+
+
+PROJECT = """\
+[project]
+name = "copy"
+version = "1"
+
+[config]
+"vecops.group" = 100
+
+[[library]]
+name = "grid"
+srcs = ["lib/*.loom"]
+
+[[test]]
+name = "unit"
+srcs = ["copy.loom"]
+libraries = ["grid"]
+config = { "vecops.group" = 64 }
+devices = ["interpreter"]
+"""
+
+
+def test_loom_test_dir_runs_the_test_sets_of_loom_toml(project: Path) -> None:
+    (project / "loom.toml").write_text(PROJECT)
+    r = loom("test", cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == PASSED
+    assert "loom test: [[test]] 'unit' on interpreter" in r.stderr
+    r = loom("test", str(project), cwd=project.parent)
+    assert r.returncode == 0 and r.stdout.splitlines() == PASSED, r.stderr
+    # The set's config wins over [config] (100 breaks pow2), the command line over both.
+    (project / "loom.toml").write_text(PROJECT.replace('config = { "vecops.group" = 64 }\n', ""))
+    r = loom("test", cwd=project)
+    assert r.returncode == 1 and "CONFIG/002" in r.stderr and r.stdout.splitlines()[-1] == "0 passed, 1 failed"
+    r = loom("test", "-D", "vecops.group=256", cwd=project)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_kernels_set_can_be_what_a_test_set_links(project: Path) -> None:
+    (project / "kernels").mkdir()
+    (project / "copy.loom").rename(project / "kernels" / "copy.loom")
+    (project / "case.loom").write_text(
+        "kernel.decl @shift(%n: index) launch(%n: index, %x: buffer, %y: buffer)\n\n"
+        + KERNEL[KERNEL.index("check.case"):])
+    (project / "kernels" / "copy.loom").write_text(KERNEL[:KERNEL.index("check.case")])
+    (project / "loom.toml").write_text(PROJECT.replace('srcs = ["copy.loom"]', 'srcs = ["case.loom"]')
+                                       .replace('libraries = ["grid"]\nconfig', 'libraries = ["copy"]\nconfig')
+                                       + '\n[[kernels]]\nname = "copy"\nsrcs = ["kernels/*.loom"]\n'
+                                         'libraries = ["grid"]\n')
+    r = loom("test", cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == PASSED
+
+
+@pytest.mark.parametrize(("change", "wanted"), [
+    (('libraries = ["grid"]', 'libraries = ["nope"]'),
+     "loom.toml:15: [[test]] 'unit': key `libraries`: no [[library]] or [[kernels]] named 'nope'"),
+    (('devices = ["interpreter"]', 'devices = ["gpu"]'),
+     "loom.toml:17: [[test]] 'unit': key `devices`: 'gpu' is not a device (auto, vulkan, interpreter)"),
+    (('srcs = ["copy.loom"]', 'srcs = ["none/*.loom"]'), "loom.toml:14: [[test]] 'unit': key `srcs`:"),
+    (('config = { "vecops.group" = 64 }', 'config = 3'), "loom.toml:16: [[test]] 'unit': key `config`:"),
+    (('name = "unit"', 'name = "unit"\nflavour = 1'), "loom.toml:14: [[test]] #1: unknown key `flavour`"),
+])
+def test_test_sets_are_checked_with_their_line(project: Path, change: tuple[str, str], wanted: str) -> None:
+    (project / "loom.toml").write_text(PROJECT.replace(*change))
+    r = loom("test", cwd=project)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"loom: error: {wanted}"), r.stderr
+
+
+def test_a_project_without_test_sets_says_so(project: Path) -> None:
+    (project / "loom.toml").write_text(PROJECT[:PROJECT.index("[[test]]")])
+    r = loom("test", cwd=project)
+    assert r.returncode == 2 and "no [[test]] sets" in r.stderr, r.stderr

@@ -50,6 +50,23 @@ class CommandSet:
 
 
 @dataclass(frozen=True)
+class TestSet:
+    """A `[[test]]` set (TOOLCHAIN.md 13): `loom test DIR` runs the check
+    cases of `srcs`, linked with the sources of `libraries` (names of
+    [[library]] and [[kernels]] sets), bound with `config` over [config],
+    on each of `devices`."""
+
+    name: str
+    srcs: tuple[str, ...]
+    libraries: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    devices: tuple[str, ...] = ("auto",)
+
+
+TEST_DEVICES = ("auto", "vulkan", "interpreter")
+
+
+@dataclass(frozen=True)
 class Project:
     root: str                    # the project folder (absolute)
     file: str                    # loom.toml as shown in messages
@@ -62,6 +79,7 @@ class Project:
     libraries: tuple[Library, ...] = ()
     kernels: tuple[KernelSet, ...] = ()
     commands: tuple[CommandSet, ...] = ()
+    tests: tuple[TestSet, ...] = ()
     package_format: str = "tar.gz"
     # What a no-op check (loomcli.build.noop) must find unchanged for this
     # reading to still hold: the project file's path and stat stamp, and the
@@ -79,7 +97,7 @@ class Project:
 
 
 # The schema: section -> key -> (type description, check).
-_TOP = {"project", "build", "config", "library", "kernels", "command", "package"}
+_TOP = {"project", "build", "config", "library", "kernels", "command", "package", "test"}
 _KEYS = {
     "project": {"name", "version", "description"},
     "build": {"targets", "out-dir", "pipeline"},
@@ -87,6 +105,7 @@ _KEYS = {
     "library": {"name", "srcs", "libraries"},
     "kernels": {"name", "srcs", "libraries", "roots"},
     "command": {"name", "srcs", "libraries", "roots"},
+    "test": {"name", "srcs", "libraries", "config", "devices"},
 }
 
 
@@ -300,7 +319,8 @@ class _Reader:
         return real
 
 
-def _check_config_values(r: _Reader, config: dict[str, Any]) -> None:
+def _check_config_values(r: _Reader, config: dict[str, Any], table: tuple[str, int | None] = ("config", None),
+                         shown: str = "[config]") -> None:
     """[config] holds Loom literals; a TOML date or time is none, and the
     table travels to compile workers as JSON, where one was an exception in
     every worker thread. Refused here, naming the key."""
@@ -314,7 +334,7 @@ def _check_config_values(r: _Reader, config: dict[str, Any]) -> None:
         elif isinstance(value, list):
             stack.extend((key, v) for v in value)
         elif isinstance(value, (datetime.date, datetime.time)):
-            raise r.fail(r.at.line("config", None, key.rsplit(".", 1)[-1]), "[config]",
+            raise r.fail(r.at.line(*table, key.rsplit(".", 1)[-1]), shown,
                          f"key `{key}`: a TOML date or time is no Loom literal")
 
 
@@ -401,14 +421,49 @@ def load_project(folder: str, file: str | None = None) -> Project:
                 if kind == "library" and lib == n:
                     raise r.fail(r.at.line(kind, i, "libraries"), f"[[{kind}]] {n!r}",
                                  "key `libraries`: a library cannot use itself")
+    tests = _test_sets(r, doc, names)
     return Project(
         root=root, file=shown, name=name, version=version, targets=tuple(targets), out_dir=out_dir,
         pipeline=pipeline, config=dict(config),
         libraries=tuple(Library(n, s, tuple(sorted(set(ls)))) for _, n, s, ls, _ in sections["library"]),
         kernels=tuple(KernelSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["kernels"]),
         commands=tuple(CommandSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["command"]),
+        tests=tests,
         package_format=fmt, file_path=os.path.abspath(path), file_stamp=file_stamp,
         folder_stamps=tuple(sorted(r.folder_stamps.items())))
+
+
+def _test_sets(r: _Reader, doc: dict[str, Any], names: dict[str, set[str]]) -> tuple[TestSet, ...]:
+    entries = doc.get("test", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise r.fail(r.at.line(None, None, "test"), "`test`", "expected [[test]] tables")
+    seen: set[str] = set()
+    sets = []
+    for i, entry in enumerate(entries):
+        r.known(entry, "test", i, _KEYS["test"])
+        n = r.string(entry, "name", ("test", i, f"[[test]] #{i + 1}"), pattern=_NAME)
+        shown = f"[[test]] {n!r}"
+        where = ("test", i, shown)
+        if n in seen:
+            raise r.fail(r.at.line("test", i, "name"), shown, f"a second [[test]] named {n!r}")
+        seen.add(n)
+        srcs = r.sources(r.strings(entry, "srcs", where, required=True), "test", i, shown)
+        libs = r.strings(entry, "libraries", where)
+        for lib in libs:
+            if lib not in names["library"] and lib not in names["kernels"]:
+                raise r.fail(r.at.line("test", i, "libraries"), shown,
+                             f"key `libraries`: no [[library]] or [[kernels]] named {lib!r}")
+        config = entry.get("config", {})
+        if not isinstance(config, dict):
+            raise r.fail(r.at.line("test", i, "config"), shown, "key `config`: expected a table")
+        _check_config_values(r, config, ("test", i), shown)
+        devices = r.strings(entry, "devices", where) or ("auto",)
+        for d in devices:
+            if d not in TEST_DEVICES:
+                raise r.fail(r.at.line("test", i, "devices"), shown,
+                             f"key `devices`: {d!r} is not a device ({', '.join(TEST_DEVICES)})")
+        sets.append(TestSet(n, srcs, tuple(dict.fromkeys(libs)), dict(config), tuple(dict.fromkeys(devices))))
+    return tuple(sets)
 
 
 def _shown(path: str) -> str:

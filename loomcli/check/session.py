@@ -10,7 +10,7 @@ diagnostics to stderr), so it is callable without the command line;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.errors import EXIT_ENV, LoomError, UsageError
 
@@ -72,6 +72,7 @@ class Linking:
     libraries: tuple[str, ...] = ()
     config: tuple[str, ...] = ()
     config_files: tuple[str, ...] = ()
+    project_config: dict[str, Any] | None = None   # a [[test]] set's config over the project's [config]
 
 
 @dataclass
@@ -168,7 +169,8 @@ class Session:
             return None
         compiled = compile_module(CompileOptions(
             input=f.path, libraries=self.linking.libraries, config=self.linking.config,
-            config_files=self.linking.config_files, profile=self.profile, roots=roots, for_execution=True))
+            config_files=self.linking.config_files,
+            project_config=self.linking.project_config, profile=self.profile, roots=roots, for_execution=True))
         self.reporter.diagnostics(compiled.warnings)
         if self.runner is None:
             from loomcli.check.interpreter import DEFAULT_MAX_STEPS, InterpreterLauncher

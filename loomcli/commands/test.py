@@ -21,6 +21,8 @@ times the samples `check.benchmark`s select:
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
@@ -28,11 +30,12 @@ import click
 from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, diagnostics_option
 
 if TYPE_CHECKING:
+    from loomcli.check.session import Linking
     from loomcli.diagnostics import Diagnostic
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("files", nargs=-1, metavar="FILE...")
+@click.argument("files", nargs=-1, metavar="FILE... | [DIR]")
 @click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH",
               help="A library each FILE's declarations resolve to (repeatable).")
 @click.option("-D", "--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
@@ -52,37 +55,99 @@ if TYPE_CHECKING:
 def test(files: tuple[str, ...], libraries: tuple[str, ...], config_pairs: tuple[str, ...],
          config_files: tuple[str, ...], cases: tuple[str, ...], device: str, target: str | None, bench: str | None,
          max_steps: int | None, diagnostics_format: str, quiet: bool, verbose: bool) -> int:
-    """Run the check cases of each FILE and report per case and sample."""
+    """Run the check cases of each FILE and report per case and sample.
+
+    With no FILE, or one folder DIR: run the [[test]] sets of DIR/loom.toml
+    (default: the current folder), each on its devices.
+    """
     # `--bench FILE` means `--bench` (all benchmarks) followed by a file.
     if bench is not None and bench and not bench.startswith("@"):
         files = (bench, *files)
         bench = ""
-    if not files:
-        raise UsageError("loom test needs at least one FILE")
-    from loomcli.check.session import Linking, Session, interpreter_profile, open_device, vulkan_profile
+    from loomcli.check.session import Linking
+
+    printer = DiagnosticPrinter(diagnostics_format)
+    options = _Options(cases, target, bench, max_steps, quiet, verbose, printer)
+    linking = Linking(libraries, config_pairs, config_files)
+    if not files or (len(files) == 1 and os.path.isdir(files[0])):
+        totals = _run_project(files[0] if files else ".", linking, options)
+    else:
+        totals = _run(files, device, linking, options)
+    passed, failed, errors = totals
+    if not quiet:
+        errors_text = f", {errors} file{'s' if errors != 1 else ''} did not compile" if errors else ""
+        click.echo(f"{passed} passed, {failed} failed{errors_text}")
+    return EXIT_COMPILE if failed or errors else 0
+
+
+@dataclass(frozen=True)
+class _Options:
+    cases: tuple[str, ...]
+    target: str | None
+    bench: str | None
+    max_steps: int | None
+    quiet: bool
+    verbose: bool
+    printer: DiagnosticPrinter
+
+
+def _run(files: tuple[str, ...], device: str, linking: Linking, o: _Options) -> tuple[int, int, int]:
+    """Test `files` on `device`: (cases passed, cases failed, files that did not compile)."""
+    from loomcli.check.session import Session, interpreter_profile, open_device, vulkan_profile
 
     runner = None if device == "interpreter" else open_device(device)
     try:
         if runner is None:
-            profile = interpreter_profile(target)
-            if verbose:
+            profile = interpreter_profile(o.target)
+            if o.verbose:
                 click.echo(f"loom test: reference interpreter, profile {profile.name}", err=True)
         else:
-            profile = vulkan_profile(target, runner)
-            if verbose:
+            profile = vulkan_profile(o.target, runner)
+            if o.verbose:
                 click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
-        session = Session(runner, profile, _ClickReporter(DiagnosticPrinter(diagnostics_format)), quiet, max_steps,
-                          Linking(libraries, config_pairs, config_files))
-        session.run(files, [c.removeprefix("@") for c in cases],
-                    None if bench is None else bench.removeprefix("@"))
+        session = Session(runner, profile, _ClickReporter(o.printer), o.quiet, o.max_steps, linking)
+        session.run(files, [c.removeprefix("@") for c in o.cases],
+                    None if o.bench is None else o.bench.removeprefix("@"))
     finally:
         if runner is not None:
             runner.close()
-    if not quiet:
-        n = session.errors
-        errors = f", {n} file{'s' if n != 1 else ''} did not compile" if n else ""
-        click.echo(f"{session.passed} passed, {session.failed} failed{errors}")
-    return EXIT_COMPILE if session.failed or session.errors else 0
+    return session.passed, session.failed, session.errors
+
+
+def _run_project(folder: str, given: Linking, o: _Options) -> tuple[int, int, int]:
+    """`loom test DIR`: every [[test]] set of DIR/loom.toml on each of its
+    devices; the command line's libraries and bindings come on top."""
+    from loomcli.build.project import library_closure, load_project
+    from loomcli.check.session import Linking
+
+    project = load_project(folder)
+    if not project.tests:
+        raise UsageError(f"{project.file}: no [[test]] sets to run (or name the files: loom test FILE...)")
+    libraries_by_name = {lib.name: lib for lib in project.libraries}
+    kernels_by_name = {k.name: k for k in project.kernels}
+    totals = [0, 0, 0]
+    for t in project.tests:
+        # A named [[kernels]] set brings its sources and its libraries; a
+        # [[library]] brings the libraries it uses.
+        kernel_sets = [kernels_by_name[n] for n in t.libraries if n in kernels_by_name]
+        used = {n for n in t.libraries if n in libraries_by_name} | {n for k in kernel_sets for n in k.libraries}
+        srcs = [src for k in kernel_sets for src in k.srcs]
+        srcs += [src for n in library_closure(project, tuple(sorted(used))) for src in libraries_by_name[n].srcs]
+        libraries = tuple(dict.fromkeys(_shown(project.path(src)) for src in srcs if src not in t.srcs))
+        files = tuple(_shown(project.path(src)) for src in t.srcs)
+        linking = Linking(libraries + given.libraries, given.config, given.config_files,
+                          {**project.config, **t.config})
+        for device in t.devices:
+            if not o.quiet:
+                click.echo(f"loom test: [[test]] {t.name!r} on {device}", err=True)
+            for i, n in enumerate(_run(files, device, linking, o)):
+                totals[i] += n
+    return totals[0], totals[1], totals[2]
+
+
+def _shown(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel.replace(os.sep, "/")
 
 
 class _ClickReporter:
