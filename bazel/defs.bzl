@@ -3,9 +3,10 @@
 Every rule runs `loom` through one helper (`_run_loom`) with declared inputs
 only, `LOOM_CACHE=0 LOOM_JOBS=1` (no private cache, one worker: the bytes
 depend on the inputs alone), and every output declared, so the actions are
-hermetic, cacheable and can run remotely. The tool comes from the
+cacheable and can run remotely. The tool comes from the
 `@loom_rules//:toolchain` flag: by default the host's loom that
-loom_register_toolchains() found (see repositories.bzl and docs/bazel.md).
+loom_register_toolchains() found, named by its path (not hermetic: a remote
+worker needs the same loom there; see repositories.bzl and docs/bazel.md).
 """
 
 LoomToolchainInfo = provider(
@@ -52,6 +53,17 @@ _EXTENSIONS = {"amdgpu": "hsaco", "nvptx": "ptx", "spirv": "spv"}
 # Run loom with no private cache and one worker; `$1` is the loom executable.
 _COMMAND = 'LOOM_CACHE=0 LOOM_JOBS=1 exec "$@"'
 
+# Every action first makes the folders its outputs go in: its arguments start with those folders,
+# then `--`. Bazel makes them for local actions, but a remote worker need not: REAPI 2.0 clients
+# (Bazel before 6) send output_files, and buildbox makes parent folders only for REAPI 2.1's
+# output_paths, so loom's `-o bazel-out/.../x.spv` would find no folder there.
+_MAKE_FOLDERS = 'while [ "$1" != -- ]; do mkdir -p "$1"; shift; done; shift\n'
+
+# Bazel 6 and newer take an action's `toolchain` (None: its tool is no toolchain's), which
+# --incompatible_auto_exec_groups requires; Bazel 4.2 rejects the parameter. Debian's Bazel builds
+# report no version (native.bazel_version is empty), so the gate is an API of the same release.
+_NO_TOOLCHAIN = {"toolchain": None} if hasattr(config_common, "toolchain_type") else {}
+
 def _loom_toolchain_impl(ctx):
     return [LoomToolchainInfo(loom = ctx.attr.loom[DefaultInfo].files_to_run, executable = ctx.executable.loom)]
 
@@ -75,11 +87,13 @@ _TOOLCHAIN_ATTR = {
 
 def _run_loom(ctx, mnemonic, message, args, inputs, outputs, command = _COMMAND):
     toolchain = ctx.attr._toolchain[LoomToolchainInfo]
-    loom = ctx.actions.args()
-    loom.add(toolchain.executable)
+    prefix = ctx.actions.args()
+    prefix.add_all(sorted({(out.path if out.is_directory else out.dirname): None for out in outputs}.keys()))
+    prefix.add("--")
+    prefix.add(toolchain.executable)
     ctx.actions.run_shell(
-        command = command,
-        arguments = [loom, args],
+        command = _MAKE_FOLDERS + command,
+        arguments = [prefix, args],
         inputs = inputs,
         outputs = outputs,
         tools = [toolchain.loom],
@@ -87,6 +101,7 @@ def _run_loom(ctx, mnemonic, message, args, inputs, outputs, command = _COMMAND)
         progress_message = message,
         # PATH and every --action_env reach loom (e.g. a virtualenv); the rest of the client env does not.
         use_default_shell_env = True,
+        **_NO_TOOLCHAIN
     )
 
 def _target_tag(target):
