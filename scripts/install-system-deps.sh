@@ -3,11 +3,13 @@
 #   libvulkan1, mesa-vulkan-drivers  the Vulkan loader and lavapipe, a CPU Vulkan device for `loom test`
 #   spirv-tools                      spirv-val / spirv-dis, to validate emitted SPIR-V
 #   llvm-19, lld-19                  llvm-readelf / llvm-objdump / ld.lld, to check emitted code objects
-#   bazel-bootstrap                  Bazel 4.2.3, to build the Bazel rules' examples (tests/test_bazel.py), offline
+#   bazel-bootstrap                  Bazel 4.2.3, to build the Bazel rules' examples (tests/test_bazel*.py), offline
+#   debootstrap                      the Debian sid chroot of Bazel 7 and buildbox (scripts/setup-bazel.sh)
+#   postgresql                       the scheduler database of the remote-execution tests' BuildGrid
 # Packages already installed are left alone; nothing is done on other systems.
 set -euo pipefail
 
-packages=(libvulkan1 mesa-vulkan-drivers spirv-tools llvm-19 lld-19 bazel-bootstrap)
+packages=(libvulkan1 mesa-vulkan-drivers spirv-tools llvm-19 lld-19 bazel-bootstrap debootstrap postgresql)
 
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: no apt-get here; install the equivalents of: ${packages[*]}" >&2
