@@ -7,6 +7,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 
+# The Bazel tests' fixtures (bazels, loom_under_test, grid), loaded here so that their asserts are rewritten.
+pytest_plugins = ["bazel_harness"]
+
 
 def _hypothesis_profiles() -> None:
     """The suite's property tests are derandomized: every run tries the same
