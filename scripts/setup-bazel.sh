@@ -84,7 +84,12 @@ if [ -d "$root" ] && [ ! -x "$root/usr/bin/apt-get" ]; then
 fi
 if [ ! -d "$root" ]; then
   echo "setup-bazel: debootstrap sid into $root" >&2
+  # A second try: a fetch from a busy mirror fails now and then (debootstrap has no retry option).
   debootstrap --variant=minbase sid "$partial" "$mirror" >"$partial.log" 2>&1 || {
+    echo "setup-bazel: debootstrap failed; trying once more" >&2
+    rm -rf "$partial"
+    debootstrap --variant=minbase sid "$partial" "$mirror" >"$partial.log" 2>&1
+  } || {
     tail -20 "$partial.log" >&2
     exit 1
   }
@@ -95,6 +100,8 @@ rm -f "$root/.loom-recipe"
 
 # The archive may be a snapshot older than its Release file's Valid-Until; its signatures still count.
 echo 'Acquire::Check-Valid-Until "false";' >"$root/etc/apt/apt.conf.d/90loom-snapshot"
+# apt retries a failed download (a busy mirror) instead of failing the setup.
+echo 'Acquire::Retries "3";' >"$root/etc/apt/apt.conf.d/90loom-retries"
 # No daemon starts inside the chroot.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod +x "$root/usr/sbin/policy-rc.d"
