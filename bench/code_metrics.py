@@ -5,7 +5,8 @@
 
 * op-name literals: string constants that spell a declared op, outside
   `ir/ops.py`; "in tables" are those that key a registration (an argument
-  of a decorator call or a subscript store), the rest stand in code;
+  of a call or decorator, a key of the entries an `OpTable` is built from,
+  or a subscript store), the rest stand in code;
 * direct `.attrs` reads outside `loomcli/ir/`;
 * import cycles: strongly connected groups of loomcli modules (imports at
   any depth), without and with the type-only ones;
@@ -135,6 +136,8 @@ def measure() -> dict[str, object]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and any(isinstance(p, ast.expr) for p in [node.func]):
                 keys.update(id(a) for a in node.args if isinstance(a, ast.Constant))
+                if ast.unparse(node.func).endswith("OpTable"):  # OpTable("what", {"op.name": ...})
+                    keys.update(id(k) for a in node.args if isinstance(a, ast.Dict) for k in a.keys)
             if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
                 keys.add(id(node.slice))
         for node in ast.walk(tree):

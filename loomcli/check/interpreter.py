@@ -32,7 +32,7 @@ from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CONVERGENT as CONVERGENT_TRAIT
-from loomcli.ir.ops import OPS, OpTable, ops_with
+from loomcli.ir.ops import FUNCTION, OPS, OpTable, ops_with
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
@@ -954,7 +954,7 @@ def _scf_while(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _call(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     callee = it.symbols.get(op.attr("callee", ""))
     operands = op.operands
-    if callee is None or callee.opdef.name not in ("func.def", "template.def"):
+    if callee is None or not callee.opdef.has(FUNCTION):
         def missing(inv: Invocation, env: dict[Value, Any]) -> Any:
             raise NotEvaluable(f"`@{op.attr('callee', None)}` has no body here")
         return missing, False

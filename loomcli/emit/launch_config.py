@@ -24,16 +24,12 @@ from typing import TYPE_CHECKING, Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.errors import UsageError
 from loomcli.ir.core import Module, Operation, Region, Signature
+from loomcli.ir.ops import CALL, FUNCTION
 from loomcli.launch.program import FACTS, FORMAT_SYMBOL, FORMAT_VERSION, PREFIX, TARGET_PREFIX, entry_name, fact_symbol
 from loomcli.targets.profiles import Profile
 
 if TYPE_CHECKING:
     from loomcli.targets.checks import ModuleChecks
-
-EVALUATED = frozenset({"scf.if", "scf.for", "scf.while", "scf.yield", "scf.condition", "func.call", "template.call",
-                       "func.return", "template.return", "config.get", "target.subgroup.size",
-                       "index.constant", "scalar.constant", "kernel.launch.config"})
-
 
 def build_launch_config(module: Module, profile: Profile | None, *, target_checked: bool = False) -> bytes:
     """The `X.launch.loombc` bytes for every exported kernel of `module`
@@ -107,8 +103,7 @@ def _compiled_profile(module: Module) -> Profile | None:
 
 
 def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> list[Diagnostic]:
-    from loomcli.semantics.evaluate import UndefinedBehavior
-    from loomcli.semantics.fold import FOLDERS
+    from loomcli.semantics.evaluate import UndefinedBehavior, evaluates
     from loomcli.semantics.launch import field_uses, fold_launch_config
     from loomcli.targets.checks import reachable_ops
 
@@ -129,10 +124,10 @@ def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> 
             name = op.name
             if name == "config.get":
                 continue
-            if name in ("func.call", "template.call"):
+            if op.opdef.has(CALL):
                 never = not _has_body(symbols.get(op.attr("callee", "")))
             else:
-                never = name not in EVALUATED and name not in FOLDERS
+                never = not evaluates(op)
             if never:
                 diags.append(Diagnostic.make("LAUNCH_CONFIG/008", module.path, op.loc, field=fields[0], s=sym))
                 break
@@ -148,7 +143,7 @@ def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> 
 
 
 def _has_body(op: Operation | None) -> bool:
-    return op is not None and op.name in ("func.def", "template.def")
+    return op is not None and op.opdef.has(FUNCTION)
 
 
 # ---------------------------------------------------------------- building

@@ -23,13 +23,13 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import CALL, FUNCTION
 from loomcli.ir.types import is_index_like
 from loomcli.passes.select import Selector
 from loomcli.targets.profiles import Profile
 
 ClassKey = tuple[str, tuple[tuple[tuple[int, ...], str | None], ...]]
 
-_BODIES = ("func.def", "template.def")
 
 
 def _path(op: Operation) -> tuple[int, ...]:
@@ -109,9 +109,9 @@ class _ClassSelector(Selector):
     # ------------------------------------------------------------ Selector hooks
 
     def _learn(self, op: Operation, facts: Any, profile: Profile | None) -> None:
-        if op.name in ("func.call", "template.call"):
+        if op.opdef.has(CALL):
             callee = self.symbols.get(op.attr("callee", ""))
-            if callee is not None and callee.name in _BODIES:
+            if callee is not None and callee.opdef.has(FUNCTION):
                 constants = [facts.constant(v) for v in op.operands]
                 name = self.enter(callee, constants, self._prefix + _path(op))
                 if self.request is not None:

@@ -94,6 +94,8 @@ MEMORY = "memory"            # memory access or allocation (forbidden in `pure`)
 LAUNCH = "launch"            # launches or dispatches work
 COMMUTATIVE = "commutative"  # two operands that may swap (the canonicalizer orders constants right)
 TARGET_RECORD = "target record"  # `<family>.target<chip> @r {keys}` (LANGUAGE.md 7.8)
+CALL = "call"                # runs a function body (func.call, template.call)
+FUNCTION = "function"        # a function body that calls run (func.def, template.def)
 APPROXIMATE = "approximate"  # no exactly rounded result (section 7.2): never folded; each target's precision
 
 FASTMATH = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
@@ -384,14 +386,14 @@ _FUNC_BODY = RegionSpec("func.return", "convention", isolated=True)
 _TEMPLATE_BODY = RegionSpec("template.return", "convention", isolated=True)
 op("func.def", Modifiers(("public", "retain", "host", "device", "pure", "inline", "noinline", "target")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="func_def", contexts=TOP,
-   traits={SYMBOL}, regions=(_FUNC_BODY,), region_names=("body",),
+   traits={SYMBOL, FUNCTION}, regions=(_FUNC_BODY,), region_names=("body",),
    example="func.def public pure @twice(%x: f32) -> (f32) {",
    symbol_kind="function")
 op("func.decl", Modifiers(("public", "host", "device", "pure")), SymName(), SigArgs("sig"), SigResults(),
    Where("sig"), rule="func_decl", contexts=TOP, traits={SYMBOL},
    example="func.decl pure @twice(%x: f32) -> (f32)", symbol_kind="function")
 op("func.call", Modifiers(("pure", "inline", "noinline")), Callee(workload=False), CallTypes(), rule="call",
-   operands=("*args",), results=("*results",),
+   traits={CALL}, operands=("*args",), results=("*results",),
    example="%y = func.call pure @twice(%x) : (f32) -> (f32)")
 op("func.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR}, operands=("*values",),
    example="func.return %a, %b : f32, i32")
@@ -400,14 +402,14 @@ op("template.decl", SymName(), SigArgs("sig"), SigResults(), Where("sig"), rule=
 op("template.def", SymKind("family"),
    Modifiers(("public", "retain", "host", "device", "pure", "target", "requires", "priority")),
    SymName(), SigArgs("sig", region=0), SigResults(), Where("sig"), Region(0), rule="template_def",
-   contexts=TOP, traits={SYMBOL}, regions=(_TEMPLATE_BODY,), region_names=("body",),
+   contexts=TOP, traits={SYMBOL, FUNCTION}, regions=(_TEMPLATE_BODY,), region_names=("body",),
    example="template.def<@tile.pick> requires [#target.subgroup.size<64>] priority(5) "
            "@pick64(%n: index) -> (index) where [ge(%n, 64)] {", symbol_kind="template provider")
 op("template.apply", SymKind("family"), ParenOperands(), CallTypes(), rule="apply",
    contexts=KERNEL_AND_FUNCS, operands=("*args",), results=("*results",),
    example="%t = template.apply<@tile.pick>(%n) : (index) -> (index)")
 op("template.call", Callee(workload=False), CallTypes(), rule="template_call", contexts=KERNEL_AND_FUNCS,
-   operands=("*args",), results=("*results",),
+   traits={CALL}, operands=("*args",), results=("*results",),
    example="%t = template.call @pick64(%n) : (index) -> (index)")
 op("template.return", Operands(), TypeEach(), rule="return", contexts=FUNCS, traits={TERMINATOR}, operands=("*values",),
    example="template.return %t : index")

@@ -80,6 +80,18 @@ def replace_results(op: Operation, rw: Rewriter, replacements: Sequence[Value | 
     return True
 
 
+_REWRITES: dict[str, list[Pattern]] = {}  # op name -> its patterns, tried in the order defined below
+
+
+def rewrites(*names: str) -> Callable[[Pattern], Pattern]:
+    """Register a pattern for the ops `names` (after those defined above it)."""
+    def register(pattern: Pattern) -> Pattern:
+        for name in names:
+            _REWRITES.setdefault(name, []).append(pattern)
+        return pattern
+    return register
+
+
 def simplifier(fn: Simplifier) -> Pattern:
     """A pattern from a function that names the replacements of an op's results."""
     def apply(op: Operation, rw: Rewriter) -> bool:
@@ -140,6 +152,7 @@ def _defining(v: Value, name: str) -> Operation | None:
 # ---------------------------------------------------------------- folding
 
 
+@rewrites(*FOLDERS)
 @simplifier
 def fold_constants(op: Operation) -> list[Value | Lit] | None:
     """Every operand constant: the op's results become constants (unless UB)."""
@@ -160,6 +173,7 @@ def fold_constants(op: Operation) -> list[Value | Lit] | None:
 COMMUTATIVE = ops_with(COMMUTATIVE_TRAIT)
 
 
+@rewrites(*sorted(COMMUTATIVE))
 def constant_to_right(op: Operation, rw: Rewriter) -> bool:
     """`c op x` -> `x op c` for commutative ops, so the identities below see one form."""
     a, b = op.operand("lhs"), op.operand("rhs")
@@ -169,6 +183,7 @@ def constant_to_right(op: Operation, rw: Rewriter) -> bool:
     return True
 
 
+@rewrites("index.cmp", "scalar.cmpi")
 def swap_compare(op: Operation, rw: Rewriter) -> bool:
     """`cmp P, c, x` -> `cmp swap(P), x, c`."""
     a, b = op.operand("lhs"), op.operand("rhs")
@@ -189,18 +204,21 @@ def _swap_operands(op: Operation, rw: Rewriter) -> None:
         op.operand_locs[0], op.operand_locs[1] = op.operand_locs[1], op.operand_locs[0]
 
 
+@rewrites("index.add", "scalar.addi", "index.sub", "scalar.subi")
 @simplifier
 def add_zero(op: Operation) -> list[Value | Lit] | None:
     """x + 0 -> x;  x - 0 -> x."""
     return [op.operand("lhs")] if _is_int(op.operand("rhs"), 0) else None
 
 
+@rewrites("index.sub", "scalar.subi")
 @simplifier
 def sub_self(op: Operation) -> list[Value | Lit] | None:
     """x - x -> 0."""
     return [_lit(op, 0)] if op.operand("lhs") is op.operand("rhs") else None
 
 
+@rewrites("index.mul", "scalar.muli")
 @simplifier
 def mul_identity(op: Operation) -> list[Value | Lit] | None:
     """x * 1 -> x;  x * 0 -> 0."""
@@ -212,6 +230,7 @@ def mul_identity(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("index.div", "scalar.divsi", "scalar.divui")
 @simplifier
 def div_one(op: Operation) -> list[Value | Lit] | None:
     """x / 1 -> x (signed forms: the constant's signed reading is 1)."""
@@ -220,6 +239,7 @@ def div_one(op: Operation) -> list[Value | Lit] | None:
     return [op.operand("lhs")] if one else None
 
 
+@rewrites("index.rem", "scalar.remsi", "scalar.remui")
 @simplifier
 def rem_one(op: Operation) -> list[Value | Lit] | None:
     """x rem 1 -> 0."""
@@ -228,12 +248,16 @@ def rem_one(op: Operation) -> list[Value | Lit] | None:
     return [_lit(op, 0)] if one else None
 
 
+@rewrites("index.min", "index.max", "scalar.minsi", "scalar.maxsi", "scalar.minui", "scalar.maxui",
+          "scalar.minimumf", "scalar.maximumf", "scalar.minnumf", "scalar.maxnumf", "index.andi", "scalar.andi",
+          "index.ori", "scalar.ori")
 @simplifier
 def idempotent(op: Operation) -> list[Value | Lit] | None:
     """min/max/and/or of x with itself -> x."""
     return [op.operand("lhs")] if op.operand("lhs") is op.operand("rhs") else None
 
 
+@rewrites("index.andi", "scalar.andi")
 @simplifier
 def and_constant(op: Operation) -> list[Value | Lit] | None:
     """x & 0 -> 0;  x & ~0 -> x."""
@@ -244,6 +268,7 @@ def and_constant(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("index.ori", "scalar.ori")
 @simplifier
 def or_constant(op: Operation) -> list[Value | Lit] | None:
     """x | 0 -> x;  x | ~0 -> ~0."""
@@ -254,6 +279,7 @@ def or_constant(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("index.xori", "scalar.xori")
 @simplifier
 def xor_identity(op: Operation) -> list[Value | Lit] | None:
     """x ^ 0 -> x;  x ^ x -> 0."""
@@ -264,12 +290,14 @@ def xor_identity(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("index.shli", "index.shrsi", "index.shrui", "scalar.shli", "scalar.shrsi", "scalar.shrui")
 @simplifier
 def shift_zero(op: Operation) -> list[Value | Lit] | None:
     """x shifted by 0 -> x."""
     return [op.operand("lhs")] if _is_int(op.operand("rhs"), 0) else None
 
 
+@rewrites("index.madd")
 @simplifier
 def madd_zero(op: Operation) -> list[Value | Lit] | None:
     """0 * b + c -> c;  a * 0 + c -> c."""
@@ -281,6 +309,7 @@ _SELF_COMPARE = {"eq": True, "sle": True, "sge": True, "ule": True, "uge": True,
                  "ne": False, "slt": False, "sgt": False, "ult": False, "ugt": False}
 
 
+@rewrites("index.cmp", "scalar.cmpi")
 @simplifier
 def compare_self(op: Operation) -> list[Value | Lit] | None:
     """x P x -> true or false (integer comparisons)."""
@@ -289,6 +318,7 @@ def compare_self(op: Operation) -> list[Value | Lit] | None:
     return [Lit(_SELF_COMPARE[op.attr("predicate")])]
 
 
+@rewrites("index.add", "scalar.addi", "index.mul", "scalar.muli")
 def reassociate(op: Operation, rw: Rewriter) -> bool:
     """(x op c1) op c2 -> x op (c1 op c2) for add and mul of index and of
     integers without overflow flags (the inner op stays if used elsewhere)."""
@@ -316,6 +346,7 @@ def reassociate(op: Operation, rw: Rewriter) -> bool:
 # ---------------------------------------------------------------- casts
 
 
+@rewrites("index.cast")
 @simplifier
 def cast_round_trip(op: Operation) -> list[Value | Lit] | None:
     """index.cast back to the type it came from (index <-> offset) -> the original."""
@@ -328,6 +359,7 @@ def cast_round_trip(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("scalar.trunci")
 @simplifier
 def trunc_of_ext(op: Operation) -> list[Value | Lit] | None:
     """trunci (extsi|extui x) back to x's type -> x."""
@@ -349,21 +381,29 @@ def _undo(producer: str) -> Simplifier:
     return undo
 
 
+rewrites("scalar.negf")(simplifier(_undo("scalar.negf")))
+rewrites("scalar.bitcast")(simplifier(_undo("scalar.bitcast")))
+rewrites("scalar.fptrunc")(simplifier(_undo("scalar.extf")))
+
+
 # ---------------------------------------------------------------- floats (only exact identities)
 
 
+@rewrites("scalar.addf")
 @simplifier
 def addf_negative_zero(op: Operation) -> list[Value | Lit] | None:
     """x + -0.0 -> x (x + 0.0 is not: -0.0 + 0.0 = 0.0)."""
     return [op.operand("lhs")] if _is_float(op.operand("rhs"), -0.0) else None
 
 
+@rewrites("scalar.subf")
 @simplifier
 def subf_zero(op: Operation) -> list[Value | Lit] | None:
     """x - 0.0 -> x."""
     return [op.operand("lhs")] if _is_float(op.operand("rhs"), 0.0) else None
 
 
+@rewrites("scalar.mulf", "scalar.divf")
 @simplifier
 def float_times_one(op: Operation) -> list[Value | Lit] | None:
     """x * 1.0 -> x;  x / 1.0 -> x."""
@@ -373,6 +413,7 @@ def float_times_one(op: Operation) -> list[Value | Lit] | None:
 # ---------------------------------------------------------------- select and assume
 
 
+@rewrites("scf.select")
 @simplifier
 def select_simplify(op: Operation) -> list[Value | Lit] | None:
     """select on a constant -> the taken arm; equal arms -> the arm;
@@ -388,6 +429,7 @@ def select_simplify(op: Operation) -> list[Value | Lit] | None:
     return None
 
 
+@rewrites("index.assume")
 @simplifier
 def assume_nothing(op: Operation) -> list[Value | Lit] | None:
     """index.assume with no predicates -> its operands."""
@@ -405,6 +447,7 @@ def _yields_fit(op: Operation, values: Sequence[Value]) -> bool:
     return True
 
 
+@rewrites("scf.if")
 def if_constant_condition(op: Operation, rw: Rewriter) -> bool:
     """scf.if on a constant: the taken region replaces it; its yields are the results."""
     cond = constant_of(op.operand("condition"))
@@ -420,6 +463,7 @@ def if_constant_condition(op: Operation, rw: Rewriter) -> bool:
     return True
 
 
+@rewrites("scf.if")
 def if_empty(op: Operation, rw: Rewriter) -> bool:
     """scf.if without results whose regions do nothing -> erased."""
     if op.results or any(len(r.ops) > 1 for r in op.regions):
@@ -429,6 +473,7 @@ def if_empty(op: Operation, rw: Rewriter) -> bool:
     return True
 
 
+@rewrites("scf.for")
 def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
     """scf.for that runs 0 times -> its inits; exactly once -> its body with IV = lo."""
     lo, hi, step = op.operand("lower"), op.operand("upper"), op.operand("step")
@@ -459,46 +504,7 @@ def for_trivial_trip(op: Operation, rw: Rewriter) -> bool:
 
 # ---------------------------------------------------------------- the table
 
-
-def _table() -> OpTable[list[Pattern]]:
-    table: dict[str, list[Pattern]] = {}
-
-    def add(names: Sequence[str], *patterns: Pattern) -> None:
-        for n in names:
-            table.setdefault(n, []).extend(patterns)
-
-    folded = [n for n in FOLDERS if n.startswith(("index.", "scalar.")) or n in ("scf.select", "buffer.pack")]
-    add(folded, fold_constants)
-    add(sorted(COMMUTATIVE), constant_to_right)
-    add(["index.cmp", "scalar.cmpi"], swap_compare, compare_self)
-    add(["index.add", "scalar.addi"], add_zero, reassociate)
-    add(["index.sub", "scalar.subi"], add_zero, sub_self)
-    add(["index.mul", "scalar.muli"], mul_identity, reassociate)
-    add(["index.div", "scalar.divsi", "scalar.divui"], div_one)
-    add(["index.rem", "scalar.remsi", "scalar.remui"], rem_one)
-    add(["index.min", "index.max", "scalar.minsi", "scalar.maxsi", "scalar.minui", "scalar.maxui",
-         "scalar.minimumf", "scalar.maximumf", "scalar.minnumf", "scalar.maxnumf"], idempotent)
-    add(["index.andi", "scalar.andi"], idempotent, and_constant)
-    add(["index.ori", "scalar.ori"], idempotent, or_constant)
-    add(["index.xori", "scalar.xori"], xor_identity)
-    add(["index.shli", "index.shrsi", "index.shrui", "scalar.shli", "scalar.shrsi", "scalar.shrui"], shift_zero)
-    add(["index.madd"], madd_zero)
-    add(["index.cast"], cast_round_trip)
-    add(["scalar.trunci"], trunc_of_ext)
-    add(["scalar.negf"], simplifier(_undo("scalar.negf")))
-    add(["scalar.bitcast"], simplifier(_undo("scalar.bitcast")))
-    add(["scalar.fptrunc"], simplifier(_undo("scalar.extf")))
-    add(["scalar.addf"], addf_negative_zero)
-    add(["scalar.subf"], subf_zero)
-    add(["scalar.mulf", "scalar.divf"], float_times_one)
-    add(["scf.select"], select_simplify)
-    add(["index.assume"], assume_nothing)
-    add(["scf.if"], if_constant_condition, if_empty)
-    add(["scf.for"], for_trivial_trip)
-    return OpTable("passes.canonicalize.PATTERNS", table)
-
-
-PATTERNS: OpTable[list[Pattern]] = _table()
+PATTERNS: OpTable[list[Pattern]] = OpTable("passes.canonicalize.PATTERNS", _REWRITES)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from loomcli.ir.builder import context_of, legalize_names, top_level_op
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import K_CFG, PROGRAM, may_call
+from loomcli.ir.ops import CALL, FUNCTION, K_CFG, PROGRAM, may_call
 from loomcli.passes.canonicalize import constant_fits_uses
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
 from loomcli.semantics.fold import NOT_CONSTANT, constant_of
 
-_BODIES = ("func.def", "template.def")
 _MAX_ROUNDS = 64  # a chain of inlined calls is at most as deep as the (acyclic) call graph
 
 
@@ -42,7 +41,7 @@ def wants_inline(op: Operation, callee: Operation | None) -> bool:
 
 
 def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]) -> bool:
-    if callee.opdef.name not in _BODIES or callee is top_level_op(call) or call.parent is None:
+    if not callee.opdef.has(FUNCTION) or callee is top_level_op(call) or call.parent is None:
         return False
     site = context_of(call.parent)
     home = context_of(callee.region("body"))
@@ -58,7 +57,7 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
                 return False
             if name == "template.apply" and site != home:
                 return False
-            if name in ("func.call", "template.call"):
+            if op.opdef.has(CALL):
                 target = symbols.get(op.attr("callee", ""))
                 if target is None or not may_call(site, target.attr_or("convention")):
                     return False
@@ -93,7 +92,7 @@ def inline_calls(module: Module) -> int:
     for _ in range(_MAX_ROUNDS):
         symbols = module.symbols()
         done = 0
-        calls = [op for op in module.walk() if op.opdef.name in ("func.call", "template.call")]
+        calls = [op for op in module.walk() if op.opdef.has(CALL)]
         for call in calls:
             callee = symbols.get(call.attr("callee", ""))
             if call.parent is None or not wants_inline(call, callee):

@@ -22,7 +22,7 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import substitute
 from loomcli.ir.core import Module, Operation, Region, Signature, Value
-from loomcli.ir.ops import CASE, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL, function_context, may_call
+from loomcli.ir.ops import CASE, FUNCTION, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL, function_context, may_call
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
 
@@ -126,7 +126,7 @@ class Selector:
         if op.name == "kernel.def":
             regions = [(op.region("config"), K_CFG, op.signature("sig")),
                        (op.region("body"), K_BODY, op.signature("launch"))]
-        elif op.name in ("func.def", "template.def"):
+        elif op.opdef.has(FUNCTION):
             ctx = function_context(op.attr("convention", None))
             regions = [(op.region("body"), ctx, op.signature("sig"))]
         elif op.name == "command.program.def":

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import FUNCTION, TERMINATOR, OpTable
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
+    FOLDERS,
     NOT_CONSTANT,
     EvaluationError,
     NotEvaluable,
@@ -58,7 +59,7 @@ class Evaluator:
             if target is None:
                 raise NotEvaluable(f"no symbol `@{fn.lstrip('@')}`")
             fn = target
-        if fn.opdef.name not in ("func.def", "template.def"):
+        if not fn.opdef.has(FUNCTION):
             raise NotEvaluable(f"`@{fn.symbol}` is a {fn.opdef.name}, not a function with a body")
         region = fn.region("body")
         if len(args) != len(region.args):
@@ -156,7 +157,7 @@ class Evaluator:
 
     def _call(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         callee = self.symbols.get(op.attr("callee", ""))
-        if callee is None or callee.opdef.name not in ("func.def", "template.def"):
+        if callee is None or not callee.opdef.has(FUNCTION):
             raise NotEvaluable(f"`@{op.attr('callee', None)}` has no body here")
         args = [self._get(env, v) for v in op.operands]
         return self.call(callee, args)
@@ -188,6 +189,12 @@ _SPECIAL.update({
     "config.get": Evaluator._config_get,
     "target.subgroup.size": Evaluator._subgroup_size,
 })
+
+
+def evaluates(op: Operation) -> bool:
+    """Whether the evaluator runs `op` (a terminator ends the region it runs)."""
+    name = op.opdef.name
+    return name in _SPECIAL or name in FOLDERS or op.opdef.has(TERMINATOR)
 
 
 def evaluate_function(module: Module, fn: Operation | str, args: Sequence[Any], **options: Any) -> list[Any]:

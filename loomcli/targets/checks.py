@@ -28,12 +28,11 @@ from collections.abc import Iterator
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import CALL
 from loomcli.ir.types import ELEMENT_BYTES, F16, F64, I64, ScalarType, ShapedType, Type
 from loomcli.semantics.evaluate import Evaluator
 from loomcli.targets.profiles import Profile
 from loomcli.targets.records import RECORD_OPS, pinned_record, record_profile
-
-CALLS = ("func.call", "template.call")
 
 
 def profile_for(module: Module, op: Operation, cli_profile: Profile | None) -> Profile | None:
@@ -234,7 +233,7 @@ class _KernelChecker:
                 scope = (op.attr("dict", None) or {}).get("scope")
                 if str(scope) == "system":
                     self.error("TARGET/001", op.loc_of("dict"), text=f"scope = system on {p.name}")
-            elif op.name in CALLS:
+            elif op.opdef.has(CALL):
                 self._check_pinned_callee(op)
         if self._config_uses_subgroup_size() and p.subgroup_size is None and not subgroup_reported:
             op = next(o for o in self._config_ops() if o.name == "target.subgroup.size")
@@ -273,7 +272,7 @@ def reachable_ops(ops: list[Operation], symbols: dict[str, Operation]) -> Iterat
         for top in stack[-1]:
             for op in top.walk():
                 yield op
-                name = op.attr("callee", None) if op.name in CALLS else None
+                name = op.attr("callee", None) if op.opdef.has(CALL) else None
                 if name and name not in seen and (callee := symbols.get(name)) is not None and callee.regions:
                     seen.add(name)
                     stack.append(iter(callee.regions[0].ops))

@@ -27,6 +27,7 @@ from loomcli.emit.spirv.spec import (
 )
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
+from loomcli.ir.ops import FUNCTION
 from loomcli.ir.types import BF16, F16, F32, F64, I1, I64, ScalarType
 from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, workgroup_size_constants
 from loomcli.targets.abi import workgroup_storage_bytes as storage_bytes
@@ -121,7 +122,7 @@ class SpirvEmitter:
         if spec is not None:
             return spec
         fn = self.analysis.symbols.get(key[0])
-        if fn is None or fn.name not in ("func.def", "template.def"):
+        if fn is None or not fn.opdef.has(FUNCTION):
             raise CompileError([Diagnostic.make("LINK/001", self.path, call.loc, s=key[0])])
         facts = self.analysis.function(key)
         body = fn.region("body")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.spirv.builder import NATURAL_STORAGE
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import FUNCTION, OpTable
 from loomcli.ir.types import BUFFER, ELEMENT_BYTES, ScalarType, Type, is_float, is_view
 
 Roots = frozenset["Root"]
@@ -115,7 +115,7 @@ class RootAnalysis:
         if found is not None:
             return found
         fn = self.symbols.get(key[0])
-        if fn is None or fn.name not in ("func.def", "template.def"):
+        if fn is None or not fn.opdef.has(FUNCTION):
             raise CompileError([Diagnostic.make("LINK/001", self.module.path, (0, 0), s=key[0])])
         facts = Facts()
         self.specs[key] = facts

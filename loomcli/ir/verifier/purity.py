@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from loomcli.ir.core import Operation
 from loomcli.ir.ops import (
+    CALL,
     CONVERGENT,
+    FUNCTION,
     LAUNCH,
     MEMORY,
 )
@@ -43,11 +45,11 @@ class PurityChecks(VerifierBase):
     def check_recursion(self) -> None:
         edges: dict[str, list[tuple[str, Operation]]] = {}
         for fn in self.module.ops:
-            if fn.name not in ("func.def", "template.def"):
+            if not fn.opdef.has(FUNCTION):
                 continue
             out: list[tuple[str, Operation]] = []
             for op in fn.walk():
-                if op.name in ("func.call", "template.call"):
+                if op.opdef.has(CALL):
                     out.append((op._attrs.get("callee", ""), op))
                 elif op.name == "template.apply":
                     for p in self.providers(op._attrs.get("family", "")):

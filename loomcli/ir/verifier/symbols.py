@@ -12,6 +12,7 @@ from loomcli.ir.attrs import HashAttr, literal_text
 from loomcli.ir.core import Loc, Operation, Signature, Value
 from loomcli.ir.ops import (
     CASE,
+    FUNCTION,
     K_CFG,
     PROGRAM,
     SYMBOL,
@@ -262,7 +263,7 @@ class SymbolRules(VerifierBase):
 
     def rule_return(self, op: Operation) -> None:
         fn = op.parent_op
-        if fn is None or fn.name not in ("func.def", "template.def"):
+        if fn is None or not fn.opdef.has(FUNCTION):
             return
         want = fn.signature("sig").results
         got = [v.type for v in op.operands]
