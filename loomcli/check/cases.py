@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import CHECK_EXPECT_CLOSE, CHECK_PARAM_CHOICE, OpTable
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, ScalarType, ShapedType, Type, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
 from loomcli.semantics.fold import canonical, float_bits, float_from_bits, round_exact, round_float
@@ -206,7 +206,7 @@ class Sample:
 
 
 def param_ops(case: Operation) -> list[Operation]:
-    return [op for op in case.regions[0].walk_ops() if op.name == "check.param.choice"]
+    return [op for op in case.regions[0].walk_ops() if op.opdef is CHECK_PARAM_CHOICE]
 
 
 def samples(case: Operation) -> list[Sample]:
@@ -340,7 +340,7 @@ class CaseRunner(Evaluator):
             a_values, e_values, shape, elem = actual.values(), expected.values(), actual.shape, actual.elem
         else:
             a_values, e_values, shape, elem = [actual], [expected], (), t
-        if op.name == "check.expect.close":
+        if op.opdef is CHECK_EXPECT_CLOSE:
             atol, rtol = float(op.attr("atol")), float(op.attr("rtol"))
             nan_same = str(op.attr("nan", "")) == "same"
             at = first_mismatch(a_values, e_values, lambda a, e: element_close(a, e, atol, rtol, nan_same))

@@ -32,7 +32,22 @@ from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import CONVERGENT as CONVERGENT_TRAIT
-from loomcli.ir.ops import FUNCTION, OPS, OpTable, ops_with
+from loomcli.ir.ops import (
+    FUNCTION,
+    INDEX_ASSUME,
+    KERNEL_BARRIER,
+    KERNEL_DEF,
+    KERNEL_SUBGROUP_REDUCE,
+    KERNEL_SUBGROUP_SIZE,
+    KERNEL_WORKGROUP_COUNT,
+    KERNEL_WORKGROUP_ID,
+    KERNEL_WORKGROUP_SIZE,
+    KERNEL_WORKITEM_DISPATCH_ID,
+    KERNEL_WORKITEM_ID,
+    OPS,
+    OpTable,
+    ops_with,
+)
 from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
@@ -359,7 +374,7 @@ class Interpreter:
         raise ExecFailure("EXEC/002", op, {"why": why})
 
     def _combine(self, op: Operation, values: list[Any]) -> Any:
-        if op.name == "kernel.barrier":
+        if op.opdef is KERNEL_BARRIER:
             return None
         fold = self._combiner(op.attr("kind"), op.result().type, op)
         acc = values[0]
@@ -530,7 +545,7 @@ handler = _HANDLERS.register
 
 def _folded(op: Operation, folder: Folder) -> Any:
     operands = op.operands
-    if op.opdef.name == "index.assume":
+    if op.opdef is INDEX_ASSUME:
         return lambda inv, env: folder(op, [env[v] for v in operands], env.get)
     if len(operands) == 2:
         a, b = operands
@@ -566,19 +581,18 @@ def _approximate(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 @handler("kernel.workitem.id", "kernel.workgroup.id", "kernel.workgroup.size", "kernel.workgroup.count",
          "kernel.workitem.dispatch.id", "kernel.subgroup.size", "kernel.subgroup.lane.id")
 def _coord(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    name = op.opdef.name
     d = AXES.get(op.attr_or("kind", "x"), 0)
-    if name == "kernel.workitem.id":
+    if op.opdef is KERNEL_WORKITEM_ID:
         return (lambda inv, env: [inv.local[d]]), False
-    if name == "kernel.workgroup.id":
+    if op.opdef is KERNEL_WORKGROUP_ID:
         return (lambda inv, env: [inv.group[d]]), False
-    if name == "kernel.workgroup.size":
+    if op.opdef is KERNEL_WORKGROUP_SIZE:
         return (lambda inv, env: [it.size[d]]), False
-    if name == "kernel.workgroup.count":
+    if op.opdef is KERNEL_WORKGROUP_COUNT:
         return (lambda inv, env: [it.count[d]]), False
-    if name == "kernel.workitem.dispatch.id":
+    if op.opdef is KERNEL_WORKITEM_DISPATCH_ID:
         return (lambda inv, env: [inv.dispatch[d]]), False
-    if name == "kernel.subgroup.size":
+    if op.opdef is KERNEL_SUBGROUP_SIZE:
         return (lambda inv, env: [inv.sg_size]), False
     return (lambda inv, env: [inv.lane]), False
 
@@ -841,7 +855,7 @@ def _barrier(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 @handler("kernel.workgroup.reduce", "kernel.subgroup.reduce")
 def _reduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     x = op.operand("value")
-    sub = op.opdef.name == "kernel.subgroup.reduce"
+    sub = op.opdef is KERNEL_SUBGROUP_REDUCE
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         result = yield Sync(op, sub, env[x])
@@ -993,7 +1007,7 @@ class InterpreterLauncher:
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
         callee = op.attr("callee")
         kernel = self.symbols.get(callee)
-        if kernel is None or kernel.opdef.name != "kernel.def":
+        if kernel is None or kernel.opdef is not KERNEL_DEF:
             raise SampleFailure(Diagnostic.make("EXEC/002", self.path, op.loc,
                                                 why=f"@{callee} has no kernel body to interpret"))
         groups, size = self._geometry(op, kernel, workload)

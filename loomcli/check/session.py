@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loomcli.errors import EXIT_ENV, LoomError, UsageError
+from loomcli.ir.ops import CHECK_BENCHMARK, CHECK_CASE, KERNEL_LAUNCH
 
 if TYPE_CHECKING:
     from loomcli.check.cases import SampleResult
@@ -112,7 +113,7 @@ class Session:
                 self.reporter.diagnostics(e.diagnostics)
                 self.errors += 1
                 continue
-            cases = [op for op in module.ops if op.name == "check.case"
+            cases = [op for op in module.ops if op.opdef is CHECK_CASE
                      and (not case_names or op.attr("sym") in case_names)]
             loaded.append(FileCases(display_path(path), module, cases))
         found = {op.attr("sym") for f in loaded for op in f.cases}
@@ -164,7 +165,7 @@ class Session:
         from loomcli.service.front import CompileOptions, compile_module
 
         roots = sorted({"@" + op.attr("callee") for case in f.cases for op in case.regions[0].walk_ops()
-                        if op.name == "kernel.launch"})
+                        if op.opdef is KERNEL_LAUNCH})
         if not roots:
             return None
         compiled = compile_module(CompileOptions(
@@ -202,7 +203,7 @@ class Session:
         for f in loaded:
             selected = {op.attr("sym") for op in f.cases}
             for op in f.module.ops:
-                if op.name == "check.benchmark" and (not bench or op.attr("sym") == bench) \
+                if op.opdef is CHECK_BENCHMARK and (not bench or op.attr("sym") == bench) \
                         and op.attr("case") in selected:
                     out.append((f, op))
         if bench and not out and not self.errors:

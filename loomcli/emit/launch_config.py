@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.errors import UsageError
 from loomcli.ir.core import Module, Operation, Region, Signature
-from loomcli.ir.ops import CALL, FUNCTION
+from loomcli.ir.ops import CALL, CONFIG_DEF, CONFIG_GET, FUNCTION, TEMPLATE_DEF
 from loomcli.launch.program import FACTS, FORMAT_SYMBOL, FORMAT_VERSION, PREFIX, TARGET_PREFIX, entry_name, fact_symbol
 from loomcli.targets.profiles import Profile
 
@@ -112,17 +112,16 @@ def _check_config(checks: ModuleChecks, kernel: Operation, profile: Profile) -> 
     diags: list[Diagnostic] = []
     uses = field_uses(kernel)
     for op in reachable_ops(kernel.region("config").ops + kernel.region("body").ops, symbols):
-        if op.name == "config.get":  # 17.22: emission needs every reachable get bound
+        if op.opdef is CONFIG_GET:  # 17.22: emission needs every reachable get bound
             target = symbols.get(op.attr("ref", ""))
-            if target is None or target.name != "config.def":
+            if target is None or target.opdef is not CONFIG_DEF:
                 diags.append(Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attr("ref", None)))
     for top in kernel.region("config").ops:
         fields = uses.get(top)
         if not fields:
             continue
         for op in reachable_ops([top], symbols):
-            name = op.name
-            if name == "config.get":
+            if op.opdef is CONFIG_GET:
                 continue
             if op.opdef.has(CALL):
                 never = not _has_body(symbols.get(op.attr("callee", "")))
@@ -188,7 +187,7 @@ class _Builder:
                         needed.add(op.attr_or(key))
         for name in list(needed):
             op = self.symbols.get(name)
-            if op is not None and op.name == "template.def":
+            if op is not None and op.opdef is TEMPLATE_DEF:
                 needed.add(op.attr("family"))
         support = [self._support(op) for op in self.module.ops if op.symbol in needed
                    and op.name in ("func.def", "template.def", "template.decl", "config.def")]

@@ -23,7 +23,7 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.ops import CALL, FUNCTION
+from loomcli.ir.ops import CALL, CONFIG_DEF, CONFIG_GET, FUNCTION
 from loomcli.ir.types import is_index_like
 from loomcli.passes.select import Selector
 from loomcli.targets.profiles import Profile
@@ -227,9 +227,9 @@ class RequestBuilder:
         while work:
             op = work.pop()
             for inner, key, name in references(op):
-                if key == "ref" and inner.name == "config.get":
+                if key == "ref" and inner.opdef is CONFIG_GET:
                     target = self.symbols.get(name)
-                    if target is None or target.name != "config.def":
+                    if target is None or target.opdef is not CONFIG_DEF:
                         unbound.append(Diagnostic.make("CONFIG/003", self.module.path, inner.loc, k=name))
                 if name in present:
                     continue

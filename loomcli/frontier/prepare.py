@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import CONFIG_GET, OpTable
 from loomcli.ir.types import BUFFER, Type
 from loomcli.targets.profiles import REFERENCE, U32_MAX, Profile
 
@@ -291,7 +291,7 @@ class Preparer:
         except UndefinedBehavior as e:
             return [_Unknown(op, None, e.reason)] * len(op.results)
         except EvaluationError as e:
-            key = op.attr("ref") if op.name == "config.get" else None  # unbound: bound keys are constants
+            key = op.attr("ref") if op.opdef is CONFIG_GET else None  # unbound: bound keys are constants
             return [_Unknown(op, key, str(e))] * len(op.results)
 
     # ------------------------------------------------------------ structured ops

@@ -29,6 +29,7 @@ from loomcli.errors import UsageError
 from loomcli.frontier.loomcmd import CommandFile, SpecArgument, write_command
 from loomcli.frontier.prepare import Argument, BufferRef, Group, LaunchSite, dispatches
 from loomcli.ir.core import Module, Operation
+from loomcli.ir.ops import COMMAND_PROGRAM_DEF
 from loomcli.targets.profiles import Profile
 
 # The product descriptor of every request: it asks for a compiled module
@@ -173,7 +174,7 @@ def _build(options: FrontierOptions, sink: RequestSink | None, given: Any) -> Co
     symbols = module.symbols()
     programs = [symbols[r.lstrip("@")] for r in roots]
     for r, op in zip(roots, programs):
-        if op.name != "command.program.def":
+        if op.opdef is not COMMAND_PROGRAM_DEF:
             raise UsageError(f"root {r} is a {op.name}, not a command.program.def")
     specs = _bind_specs(options.spec, programs)
     builder = _Builder(module, options.profile, sink)
@@ -197,7 +198,7 @@ def _roots(index: Any, named: Sequence[str]) -> list[str]:
             seen.setdefault("@" + r.lstrip("@"), None)
         return list(seen)
     roots = ["@" + s.symbol for item in index.inputs if not item.library for s in item.symbols
-             if s.op_name == "command.program.def" and s.public]
+             if s.op_name == COMMAND_PROGRAM_DEF.name and s.public]
     if not roots:
         paths = ", ".join(item.path for item in index.inputs if not item.library)
         raise UsageError(f"{paths} has no public command.program.def; name the roots with --root")

@@ -96,6 +96,7 @@ COMMUTATIVE = "commutative"  # two operands that may swap (the canonicalizer ord
 TARGET_RECORD = "target record"  # `<family>.target<chip> @r {keys}` (LANGUAGE.md 7.8)
 CALL = "call"                # runs a function body (func.call, template.call)
 FUNCTION = "function"        # a function body that calls run (func.def, template.def)
+UNIFORM = "uniform"          # its result is one value for the whole workgroup, whatever its operands
 APPROXIMATE = "approximate"  # no exactly rounded result (section 7.2): never folded; each target's precision
 
 FASTMATH = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
@@ -197,7 +198,7 @@ _LOAD = ("view", "*indices")
 _STORE = ("value", "view", "*indices")
 
 # ------------------------------------------------------------------ index (7.1)
-op("index.constant", Literal(), TypeSame(), rule="constant", traits=_P, results=_RESULT,
+op("index.constant", Literal(), TypeSame(), rule="constant", traits={PURE, UNIFORM}, results=_RESULT,
    example="%c = index.constant 64 : index")
 op("index.cast", Operands(), TypeArrow([0], "to"), rule="index_cast", traits=_P, operands=_UNARY, results=_RESULT,
    example="%i = index.cast %x : i64 to index")
@@ -229,7 +230,7 @@ op("index.assume", Operands(), Preds(), TypeEach(mirror=True), rule="index_assum
    example="%a2, %b2 = index.assume %a, %b [mul(%a, 16), range(%b, 0, 255)] : index, offset")
 
 # ------------------------------------------------------------------ scalar (7.2)
-op("scalar.constant", Literal(), TypeSame(), rule="constant", traits=_P, results=_RESULT,
+op("scalar.constant", Literal(), TypeSame(), rule="constant", traits={PURE, UNIFORM}, results=_RESULT,
    example="%c = scalar.constant 0.5 : f32")
 for _n in ("addi", "subi", "muli", "shli"):
     op(f"scalar.{_n}", Kind(OVERFLOW, flags=True, attr="flags"), Operands(), TypeSame(), rule="int_binary",
@@ -316,8 +317,8 @@ op("view.atomic.rmw", Kind(RMW), Leading(), Indexed(), Dict(keys={"ordering": OR
    example="%o = view.atomic.rmw<addf> %x, %v[%i] {ordering = relaxed, scope = device} : f32, view<[%n]xf32> -> f32")
 
 # ------------------------------------------------------------------ vector (7.5)
-op("vector.constant", Literal(), TypeSame(), rule="vector_constant", contexts=DEVICE, traits=_P, results=_RESULT,
-   example="%z = vector.constant 0.0 : vector<8xf32>")
+op("vector.constant", Literal(), TypeSame(), rule="vector_constant", contexts=DEVICE, traits={PURE, UNIFORM},
+   results=_RESULT, example="%z = vector.constant 0.0 : vector<8xf32>")
 op("vector.splat", Operands(), TypeSame(operands=[], legacy_arrow=True), rule="vector_splat", contexts=DEVICE,
    traits=_P, operands=_UNARY, results=_RESULT, example="%v = vector.splat %s : vector<8xf32>")
 op("vector.load", Indexed(), TypeArrow([0]), rule="vector_load", contexts=DEVICE, traits=_MEM, operands=_LOAD,
@@ -368,17 +369,19 @@ op("kernel.launch.config", KwParen("workgroups", "operands"), KwParen("workgroup
    example="kernel.launch.config workgroups(%gx, %c1, %c1) workgroup_size(%c64, %c1, %c1) : index")
 for _n in ("workitem.id", "workgroup.id", "workgroup.size", "workgroup.count", "workitem.dispatch.id"):
     op(f"kernel.{_n}", Kind(AXES), TypeSame(operands=[]), rule="coordinate", contexts=BODY,
-       traits={PURE, COORDINATE}, results=_RESULT, example=f"%t = kernel.{_n}<x> : index")
+       traits={PURE, COORDINATE} | ({UNIFORM} if _n.startswith("workgroup.") else set()), results=_RESULT,
+       example=f"%t = kernel.{_n}<x> : index")
 for _n in ("subgroup.size", "subgroup.lane.id"):
-    op(f"kernel.{_n}", TypeSame(operands=[]), rule="coordinate", contexts=BODY, traits={PURE, COORDINATE},
-       results=_RESULT,
+    op(f"kernel.{_n}", TypeSame(operands=[]), rule="coordinate", contexts=BODY,
+       traits={PURE, COORDINATE} | ({UNIFORM} if _n == "subgroup.size" else set()), results=_RESULT,
        example=f"%t = kernel.{_n} : index")
 op("kernel.barrier", Kind(("workgroup", "global")), KwParen("scope", "ident"), KwParen("ordering", "ident"),
    rule="barrier", contexts=BODY, traits={CONVERGENT}, legacy_dict=True,
    example="kernel.barrier<workgroup> scope(workgroup) ordering(acq_rel)")
 for _n in ("workgroup.reduce", "subgroup.reduce"):
     op(f"kernel.{_n}", Kind(COMBINE), Operands(), TypeSame(), rule="collective_reduce", contexts=BODY,
-       traits={CONVERGENT}, operands=_UNARY, results=_RESULT, example=f"%s = kernel.{_n}<addf> %v : f32")
+       traits={CONVERGENT} | ({UNIFORM} if _n == "workgroup.reduce" else set()), operands=_UNARY, results=_RESULT,
+       example=f"%s = kernel.{_n}<addf> %v : f32")
 op("kernel.return", rule="no_operands", contexts=BODY, traits={TERMINATOR}, example="kernel.return")
 
 # ------------------------------------------------------------------ func, template (7.7)
@@ -419,7 +422,7 @@ op("config.decl", SymName(), ConfigDeclType(), rule="config_decl", contexts=TOP,
    example="config.decl @model.layers : %v: index where [range(%v, 1, 256)]", symbol_kind="config key")
 op("config.def", SymName(), Punct("="), Literal(), TypeAttr(), rule="config_def", contexts=TOP,
    traits={SYMBOL}, example="config.def @model.layers = 32 : index", symbol_kind="config key")
-op("config.get", SymName("ref"), TypeSame(operands=[]), rule="config_get", traits=_P, results=_RESULT,
+op("config.get", SymName("ref"), TypeSame(operands=[]), rule="config_get", traits={PURE, UNIFORM}, results=_RESULT,
    example="%l = config.get @model.layers : index")
 op("amdgpu.target", Kind(AMDGPU_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="amdgpu.target<gfx1100> @rdna3 {subgroup_size = 32}", symbol_kind="target")
@@ -428,7 +431,7 @@ op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", c
 op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}",
    symbol_kind="target")
-op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits=_P, results=_RESULT,
+op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits={PURE, UNIFORM}, results=_RESULT,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,
    example="module.import \"kernels\" [@scale, @shift]")
@@ -481,6 +484,58 @@ op("check.expect.close", KwParen("actual", "operand"), KwParen("expected", "oper
 op("check.return", rule="no_operands", contexts=_CASE, traits={TERMINATOR}, example="check.return")
 op("check.benchmark", SymKind("case"), SymName(), Dict(), rule="benchmark", contexts=TOP, traits={SYMBOL},
    example="check.benchmark<@saxpy_case> @saxpy_big {n = 1009}", symbol_kind="benchmark")
+
+# Rows that code names one at a time (`op.opdef is KERNEL_DEF`): a misspelled
+# name fails at import, where a string comparison would be silently false.
+BUFFER_ALLOCA = OPS["buffer.alloca"]
+CHECK_BENCHMARK = OPS["check.benchmark"]
+CHECK_CASE = OPS["check.case"]
+CHECK_EXPECT_CLOSE = OPS["check.expect.close"]
+CHECK_PARAM_CHOICE = OPS["check.param.choice"]
+COMMAND_PROGRAM_DECL = OPS["command.program.decl"]
+COMMAND_PROGRAM_DEF = OPS["command.program.def"]
+COMMAND_YIELD = OPS["command.yield"]
+CONFIG_DECL = OPS["config.decl"]
+CONFIG_DEF = OPS["config.def"]
+CONFIG_GET = OPS["config.get"]
+FUNC_CALL = OPS["func.call"]
+INDEX_ASSUME = OPS["index.assume"]
+INDEX_CMP = OPS["index.cmp"]
+INDEX_CONSTANT = OPS["index.constant"]
+SCALAR_CONSTANT = OPS["scalar.constant"]
+KERNEL_BARRIER = OPS["kernel.barrier"]
+KERNEL_DEF = OPS["kernel.def"]
+KERNEL_DISPATCH = OPS["kernel.dispatch"]
+KERNEL_LAUNCH = OPS["kernel.launch"]
+KERNEL_LAUNCH_CONFIG = OPS["kernel.launch.config"]
+KERNEL_RETURN = OPS["kernel.return"]
+KERNEL_SUBGROUP_REDUCE = OPS["kernel.subgroup.reduce"]
+KERNEL_SUBGROUP_SIZE = OPS["kernel.subgroup.size"]
+KERNEL_WORKGROUP_COUNT = OPS["kernel.workgroup.count"]
+KERNEL_WORKGROUP_ID = OPS["kernel.workgroup.id"]
+KERNEL_WORKGROUP_REDUCE = OPS["kernel.workgroup.reduce"]
+KERNEL_WORKGROUP_SIZE = OPS["kernel.workgroup.size"]
+KERNEL_WORKITEM_DISPATCH_ID = OPS["kernel.workitem.dispatch.id"]
+KERNEL_WORKITEM_ID = OPS["kernel.workitem.id"]
+MODULE_IMPORT = OPS["module.import"]
+SCALAR_EXTSI = OPS["scalar.extsi"]
+SCALAR_FPTOSI = OPS["scalar.fptosi"]
+SCALAR_SITOFP = OPS["scalar.sitofp"]
+SCF_CONDITION = OPS["scf.condition"]
+SCF_FOR = OPS["scf.for"]
+SCF_IF = OPS["scf.if"]
+SCF_SELECT = OPS["scf.select"]
+SCF_WHILE = OPS["scf.while"]
+SCF_YIELD = OPS["scf.yield"]
+TARGET_SUBGROUP_SIZE = OPS["target.subgroup.size"]
+TEMPLATE_APPLY = OPS["template.apply"]
+TEMPLATE_CALL = OPS["template.call"]
+TEMPLATE_DEF = OPS["template.def"]
+VECTOR_FMAF = OPS["vector.fmaf"]
+VIEW_ATOMIC_RMW = OPS["view.atomic.rmw"]
+
+# The scalar literals: what folding and evaluation start from.
+CONSTANT_OPS = ("index.constant", "scalar.constant")
 
 # Removed spellings that get a pointed PARSE/006 (section 1).
 RENAMED_OPS = {

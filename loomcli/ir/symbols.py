@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from loomcli.ir.core import Operation
-from loomcli.ir.ops import TARGET_RECORDS
+from loomcli.ir.ops import MODULE_IMPORT, TARGET_RECORDS, TEMPLATE_APPLY, TEMPLATE_DEF, OpTable, op_names
 
 # Attributes holding one symbol name (without `@`).
 REF_ATTRS = ("callee", "family", "ref", "case", "target")
 
-DEFINITIONS = frozenset({"func.def", "template.def", "kernel.def", "command.program.def", "config.def",
-                         "check.case", "check.benchmark", *TARGET_RECORDS})
+DEFINITIONS = op_names("func.def", "template.def", "kernel.def", "command.program.def", "config.def",
+                       "check.case", "check.benchmark", *TARGET_RECORDS)
 # Declarations that a definition in another input replaces when linked.
-RESOLVABLE = {"func.decl": "func.def", "kernel.decl": "kernel.def",
-              "command.program.decl": "command.program.def", "config.decl": "config.def"}
+RESOLVABLE: OpTable[str] = OpTable("ir.symbols.RESOLVABLE", {
+    "func.decl": "func.def", "kernel.decl": "kernel.def", "command.program.decl": "command.program.def",
+    "config.decl": "config.def"})
 
 
 def references(op: Operation) -> Iterator[tuple[Operation, str, str]]:
@@ -27,9 +28,9 @@ def references(op: Operation) -> Iterator[tuple[Operation, str, str]]:
         attrs = inner._attrs
         for key in REF_ATTRS:
             name = attrs.get(key)
-            if name is not None and (key != "family" or inner.name in ("template.apply", "template.def")):
+            if name is not None and (key != "family" or inner.opdef in (TEMPLATE_APPLY, TEMPLATE_DEF)):
                 yield inner, key, name
-        if inner.name == "module.import":
+        if inner.opdef is MODULE_IMPORT:
             for name in attrs.get("symbols", ()):
                 yield inner, "symbols", name
 

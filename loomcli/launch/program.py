@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import CONFIG_DEF, KERNEL_DEF
 from loomcli.ir.types import F64, I1, INDEX, OFFSET, ScalarType, Type, is_float, is_int
 from loomcli.targets.profiles import U32_MAX, Profile
 
@@ -222,13 +223,13 @@ class LaunchProgram:
         self.path = path or module.path
         symbols = module.symbols()
         marker = symbols.get(FORMAT_SYMBOL)
-        if marker is None or marker.name != "config.def":
+        if marker is None or marker.opdef is not CONFIG_DEF:
             self._malformed(f"not a launch-config artifact (no @{FORMAT_SYMBOL})")
         if marker.attr("value", None) != FORMAT_VERSION:
             self._malformed(f"launch-config format {marker.attr('value', None)} is not {FORMAT_VERSION}")
         self.functions: dict[str, LaunchFunction] = {}
         for op in module.ops:
-            if op.name == "kernel.def":
+            if op.opdef is KERNEL_DEF:
                 fn = self._entry(op, symbols)
                 self.functions[fn.entry] = fn
 
@@ -260,7 +261,7 @@ class LaunchProgram:
         facts: dict[str, int] = {}
         for fact, t in FACTS.items():
             op = symbols.get(fact_symbol(entry, fact))
-            value = op.attr("value", None) if op is not None and op.name == "config.def" else None
+            value = op.attr("value", None) if op is not None and op.opdef is CONFIG_DEF else None
             if op is None or op.attr_or("type") is not t or type(value) is not int or value < 0:
                 self._malformed(f"entry `{entry}` lacks @{fact_symbol(entry, fact)} : {t}")
             facts[fact] = value

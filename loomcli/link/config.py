@@ -19,6 +19,7 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.files import finite_float
 from loomcli.ir.core import Module
+from loomcli.ir.ops import CONFIG_DEF
 from loomcli.passes.bind import Binding, ConfigBindings, Unparsed, parse_literal_text
 
 LEVELS = ("--config", "--config-file", "project", "input")
@@ -67,7 +68,7 @@ class BindingCollector:
             module = load_bytes(data, shown)
             seen: dict[str, Binding] = {}
             for op in module.ops:
-                if op.name != "config.def":
+                if op.opdef is not CONFIG_DEF:
                     from loomcli.errors import LoomError
 
                     raise LoomError(f"{shown}:{op.loc[0]}: a config module holds only config.def ops, "
@@ -119,7 +120,7 @@ class BindingCollector:
 
     def add_module_defs(self, module: Module) -> None:
         for op in module.ops:
-            if op.name == "config.def":
+            if op.opdef is CONFIG_DEF:
                 self.add(Binding(op.attr("sym"), op.attr("value"), f"{module.path}:{op.loc[0]}",
                                  module.path, op.loc, level=3))
 

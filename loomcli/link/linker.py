@@ -26,14 +26,15 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import Pred
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation, Signature, Value, stamp_file
+from loomcli.ir.ops import CONFIG_DECL, CONFIG_DEF, KERNEL_DEF, MODULE_IMPORT, TEMPLATE_DEF, op_names
 from loomcli.ir.symbols import DEFINITIONS, RESOLVABLE, references, rename_references
 from loomcli.ir.types import ShapedType, Type
 from loomcli.link.index import LinkIndex, SymbolInfo
 
 # Declarations kept once in a linked output when several inputs carry them
 # (they agree, else LINK/002): one symbol, one declaration.
-MERGED_DECLS = ("template.decl", "kernel.entry.decl", "config.decl", "func.decl", "kernel.decl",
-                "command.program.decl")
+MERGED_DECLS = op_names("template.decl", "kernel.entry.decl", "config.decl", "func.decl", "kernel.decl",
+                        "command.program.decl")
 MODES = ("auto", "merge", "link")
 
 Ref = tuple[int, int]  # (input index, top-level op position)
@@ -77,7 +78,7 @@ class _Linker:
 
         for i, item in enumerate(self.index.inputs):
             for info in item.symbols:
-                if info.op_name not in DEFINITIONS or info.op_name == "config.def":
+                if info.op_name not in DEFINITIONS or info.op_name == CONFIG_DEF.name:
                     key = (info.op_name, info.symbol)
                     self.first_decl.setdefault(key, (i, info.position))
                     continue
@@ -106,7 +107,7 @@ class _Linker:
 
     @staticmethod
     def _eligible(info: SymbolInfo) -> bool:
-        return info.public or info.op_name == "kernel.def"
+        return info.public or info.op_name == KERNEL_DEF.name
 
     def final_name(self, i: int, name: str) -> str:
         return self.renames[i].get(name, name)
@@ -125,7 +126,7 @@ class _Linker:
             refs = []
             for i, item in enumerate(self.index.inputs):
                 for info in item.symbols:
-                    if (info.op_name == "template.def"
+                    if (info.op_name == TEMPLATE_DEF.name
                             and self.op((i, info.position)).attr("family", None) == family):
                         refs.append((i, info.position))
             self.providers[family] = refs
@@ -142,7 +143,7 @@ class _Linker:
             target = self.resolve(i, info)
             if target is not None:
                 return target
-            if info.op_name == "config.decl":
+            if info.op_name == CONFIG_DECL.name:
                 return self.first_decl.get((info.op_name, name), (i, info.position))
             return (i, info.position)
         return self.first_decl.get((info.op_name, name), (i, info.position))
@@ -154,7 +155,7 @@ class _Linker:
         out: dict[str, tuple[str, Operation]] = {}
         self._import_memo[i] = out
         for op in self.index.inputs[i].module().ops:
-            if op.name == "module.import":
+            if op.opdef is MODULE_IMPORT:
                 for s in op.attr("symbols", ()):
                     out[s] = (op.attr("key"), op)
         return out
@@ -180,14 +181,14 @@ class _Linker:
                 self.diags.append(Diagnostic.make("LINK/007", module_path, imp.loc, s=name, key=key_name))
                 return None
             candidates = from_key
-        eligible = [(j, d) for j, d in candidates if self._eligible(d) or want == "config.def"]
+        eligible = [(j, d) for j, d in candidates if self._eligible(d) or want == CONFIG_DEF.name]
         if len(eligible) > 1:
             a, b = ((j, d.position) for j, d in eligible[:2])
             self.diags.append(Diagnostic.make("LINK/003", self.index.inputs[b[0]].path, self.op(b).loc, s=name,
                                               a=self.where(a), b=self.where(b)))
             return None
         if not eligible:
-            if want == "config.def":
+            if want == CONFIG_DEF.name:
                 return None
             if candidates:
                 j, d = candidates[0]
@@ -203,7 +204,7 @@ class _Linker:
             self.diags.append(Diagnostic.make("LINK/002", module_path, decl.loc, s=name,
                                               detail=f"{detail} ({self.where(decl_ref)} vs {self.where(target)})"))
             return None
-        if want == "config.def":
+        if want == CONFIG_DEF.name:
             from loomcli.passes.bind import holds, pred_text
 
             sig = decl.attr("sig", None)
@@ -252,7 +253,7 @@ class _Linker:
     def check_duplicates(self, selected: set[Ref]) -> None:
         for name, defs in self.defs.items():
             live = [(j, d) for j, d in defs if (j, d.position) in selected and self.final_name(j, name) == name
-                    and d.op_name != "config.def"]
+                    and d.op_name != CONFIG_DEF.name]
             if len(live) > 1:
                 a, b = ((j, d.position) for j, d in live[:2])
                 self.diags.append(Diagnostic.make("LINK/003", self.index.inputs[b[0]].path, self.op(b).loc, s=name,
@@ -262,13 +263,13 @@ class _Linker:
         out = Module(path)
         origins: dict[str, str] = {}
         emitted_decls: dict[tuple[str, str | None], Operation] = {}
-        config_defs = {self.op(r).attr("sym") for r in selected if self.op(r).name == "config.def"}
+        config_defs = {self.op(r).attr("sym") for r in selected if self.op(r).opdef is CONFIG_DEF}
         for ref in sorted(selected):
             i, _ = ref
             item = self.index.inputs[i]
             op = self.op(ref)
             name = op.symbol
-            if op.name == "module.import":
+            if op.opdef is MODULE_IMPORT:
                 continue
             if op.name in RESOLVABLE and name is not None and self.resolved.get((i, name)) is not None:
                 continue
@@ -280,10 +281,10 @@ class _Linker:
                     if detail is not None:
                         self.diags.append(Diagnostic.make("LINK/002", item.path, op.loc, s=name, detail=detail))
                     continue
-                if op.name == "config.decl" and name in config_defs:
+                if op.opdef is CONFIG_DECL and name in config_defs:
                     continue
                 emitted_decls[key] = op
-            if op.name == "config.def" and name in origins:
+            if op.opdef is CONFIG_DEF and name in origins:
                 continue
             new = clone_op(op)
             if item.path != path:
@@ -316,7 +317,7 @@ def _modifier_difference(a: Operation, b: Operation) -> str | None:
 
 def compatibility(decl: Operation, definition: Operation) -> str | None:
     """Why a declaration cannot bind to a definition, or None if it can."""
-    if decl.name == "config.decl":
+    if decl.opdef is CONFIG_DECL:
         a, b = decl.attr("type"), definition.attr("type")
         return None if a is b else f"type {a.name} vs {b.name}"
     for attr in ("sig", "launch"):
@@ -387,7 +388,7 @@ def link(index: LinkIndex, roots: list[str] | tuple[str, ...] = (), mode: str = 
     if include_exports:
         for i, item in enumerate(index.inputs):
             if not item.library:
-                root_refs.update((i, s.position) for s in item.symbols if s.op_name == "kernel.def"
+                root_refs.update((i, s.position) for s in item.symbols if s.op_name == KERNEL_DEF.name
                                  and s.export is not None)
     if mode == "link":
         starts = sorted(root_refs)

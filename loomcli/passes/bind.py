@@ -19,6 +19,7 @@ from typing import Any
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import CONFIG_DECL, CONFIG_DEF, CONFIG_GET, INDEX_CONSTANT, SCALAR_CONSTANT
 from loomcli.ir.types import ScalarType, Type
 from loomcli.ir.verifier import literal_fits, literal_text
 
@@ -148,17 +149,17 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
     diags: list[Diagnostic] = []
     decls: dict[str, Operation] = {}
     for op in module.ops:
-        if op.name in ("config.decl", "config.def"):
+        if op.opdef in (CONFIG_DECL, CONFIG_DEF):
             decls.setdefault(op.attr("sym"), op)
     values: dict[str, Any] = {}
     for index, op in enumerate(module.ops):
-        if op.name not in ("config.decl", "config.def"):
+        if op.opdef not in (CONFIG_DECL, CONFIG_DEF):
             continue
         key = op.attr("sym")
         b = bindings.get(key)
         t = op.attr("type")
         if b is None:
-            if op.name == "config.def":  # the lowest binding level: a definition in the input
+            if op.opdef is CONFIG_DEF:  # the lowest binding level: a definition in the input
                 values[key] = op.attr("value")
             continue
         value = coerce(b.value, t)
@@ -176,7 +177,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
         if bad:
             continue
         values[key] = value
-        if op.name == "config.decl" or op.attr("value", None) != value:
+        if op.opdef is CONFIG_DECL or op.attr("value", None) != value:
             new = Operation(OPS["config.def"], attrs={"sym": key, "value": value, "type": t}, loc=op.loc)
             new.comments = op.comments
             new.parent = module.body
@@ -184,7 +185,7 @@ def bind_module(module: Module, bindings: ConfigBindings, require_resolved: bool
     roots = list(reachable) if reachable is not None else module.ops
     for top in roots:
         for op in list(top.walk()):
-            if op.name != "config.get":
+            if op.opdef is not CONFIG_GET:
                 continue
             key = op.attr("ref")
             if key in values:
@@ -202,12 +203,11 @@ def _text_of(value: Any) -> str:
 def _fold_get(op: Operation, value: Any) -> None:
     """`%x = config.get @k : T` of a bound key becomes a constant of T with the same name."""
     from loomcli.ir.builder import substitute
-    from loomcli.ir.ops import OPS
 
     t = op.result().type
     if isinstance(value, bool) and t.name != "i1":
         value = int(value)
     if t.name in ("f16", "bf16", "f32", "f64"):
         value = float(value)
-    name = "index.constant" if t.name in ("index", "offset") else "scalar.constant"
-    substitute(op, Operation(OPS[name], attrs={"value": value}, loc=op.loc))  # predicates naming the get follow it
+    row = INDEX_CONSTANT if t.name in ("index", "offset") else SCALAR_CONSTANT
+    substitute(op, Operation(row, attrs={"value": value}, loc=op.loc))  # predicates naming the get follow it

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
-from loomcli.ir.ops import OpTable, ops_with
+from loomcli.ir.ops import KERNEL_DISPATCH, SCF_FOR, OpTable, ops_with
 from loomcli.ir.types import I1, INDEX, OFFSET, ScalarType
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
@@ -52,10 +52,9 @@ def constant_fits_uses(result: Value, c: Any) -> bool:
     must be > 0, a dispatch count within [0, 2^32-1]) is not substituted:
     the program has UB there, and the op stays as written."""
     for user, i in result.uses:
-        name = user.opdef.name
-        if name == "scf.for" and i == 2 and c <= 0:
+        if user.opdef is SCF_FOR and i == 2 and c <= 0:
             return False
-        if name == "kernel.dispatch" and i < user.attr("nworkload", 0) and not 0 <= c <= (1 << 32) - 1:
+        if user.opdef is KERNEL_DISPATCH and i < user.attr("nworkload", 0) and not 0 <= c <= (1 << 32) - 1:
             return False
     return True
 

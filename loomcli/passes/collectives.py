@@ -44,6 +44,7 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import Namer, create, legalize_names
 from loomcli.ir.core import BlockArgument, Module, Operation, Region, Value
+from loomcli.ir.ops import BUFFER_ALLOCA, KERNEL_DEF
 from loomcli.ir.types import BUFFER, ELEMENT_BYTES, I1, I32, INDEX, OFFSET, ScalarType, ShapedType, Type
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
@@ -59,7 +60,7 @@ def _is_site(op: Operation) -> bool:
 
 
 def _is_workgroup_alloca(op: Operation) -> bool:
-    return op.opdef.name == "buffer.alloca" and op.attr("kind") == "workgroup"
+    return op.opdef is BUFFER_ALLOCA and op.attr("kind") == "workgroup"
 
 
 def slot_type(t: ScalarType) -> ScalarType:
@@ -252,7 +253,7 @@ def expand_collectives(module: Module, target: Profile | None) -> int:
 
     rw = Rewriter(module)
     expanded = 0
-    for kernel in [op for op in module.ops if op.opdef.name == "kernel.def"]:
+    for kernel in [op for op in module.ops if op.opdef is KERNEL_DEF]:
         if not any(_is_site(op) for op in kernel.region("body").walk_ops()):
             continue
         profile = profile_for(module, kernel, target) or REFERENCE
@@ -273,7 +274,7 @@ class ExpandCollectives(ModulePass):
         return frozenset({SITE})
 
     def applies(self, module: Module, ctx: PassContext) -> bool:
-        return any(_is_site(op) for kernel in module.ops if kernel.opdef.name == "kernel.def"
+        return any(_is_site(op) for kernel in module.ops if kernel.opdef is KERNEL_DEF
                    for op in kernel.region("body").walk_ops())
 
     def run(self, module: Module, ctx: PassContext) -> None:

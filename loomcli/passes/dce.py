@@ -21,7 +21,7 @@ from typing import Any
 
 from loomcli.ir.attrs import SymbolRef
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import PURE, SYMBOL, TERMINATOR
+from loomcli.ir.ops import KERNEL_DEF, MODULE_IMPORT, PURE, SYMBOL, TEMPLATE_APPLY, TEMPLATE_DEF, TERMINATOR
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
 
@@ -88,7 +88,7 @@ _SYMBOL_ATTRS = ("callee", "ref", "family", "case", "target")
 
 def is_root(op: Operation) -> bool:
     name = op.opdef.name
-    return bool(op.attr_or("public") or op.attr_or("retain") or (name == "kernel.def" and op.has_attr("export"))
+    return bool(op.attr_or("public") or op.attr_or("retain") or (op.opdef is KERNEL_DEF and op.has_attr("export"))
                 or name in ("check.case", "check.benchmark"))
 
 
@@ -118,7 +118,7 @@ def symbol_dce(module: Module) -> list[str]:
     symbols = module.symbols()
     providers: dict[str, list[Operation]] = {}
     for op in module.ops:
-        if op.opdef.name == "template.def":
+        if op.opdef is TEMPLATE_DEF:
             providers.setdefault(op.attr("family", ""), []).append(op)
     live: set[Operation] = set()
     stack = [op for op in module.ops if op.opdef.has(SYMBOL) and is_root(op)]
@@ -126,7 +126,7 @@ def symbol_dce(module: Module) -> list[str]:
     while stack:
         op = stack.pop()
         reached = [symbols.get(s) for s in references(op)]
-        reached += [p for inner in op.walk() if inner.opdef.name == "template.apply"
+        reached += [p for inner in op.walk() if inner.opdef is TEMPLATE_APPLY
                     for p in providers.get(inner.attr("family", ""), [])]
         for target in reached:
             if target is not None and target not in live:
@@ -138,7 +138,7 @@ def symbol_dce(module: Module) -> list[str]:
         rw.erase_op(op)
     remaining = module.symbols()
     for op in list(module.ops):
-        if op.opdef.name == "module.import":
+        if op.opdef is MODULE_IMPORT:
             kept = tuple(s for s in op.attr("symbols", ()) if s in remaining)
             if kept:
                 op.set_attr("symbols", kept)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from loomcli.ir.builder import context_of, legalize_names, top_level_op
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import CALL, FUNCTION, K_CFG, PROGRAM, may_call
+from loomcli.ir.ops import CALL, FUNC_CALL, FUNCTION, K_CFG, PROGRAM, TEMPLATE_APPLY, TEMPLATE_CALL, may_call
 from loomcli.passes.canonicalize import constant_fits_uses
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
@@ -31,10 +31,9 @@ _MAX_ROUNDS = 64  # a chain of inlined calls is at most as deep as the (acyclic)
 def wants_inline(op: Operation, callee: Operation | None) -> bool:
     """Every `template.call`; a `func.call` marked `inline`, or of a function
     marked `inline`, unless either side says `noinline`."""
-    name = op.opdef.name
-    if name == "template.call":
+    if op.opdef is TEMPLATE_CALL:
         return True
-    if name != "func.call" or callee is None:
+    if op.opdef is not FUNC_CALL or callee is None:
         return False
     marks = (op.attr("inlining", None), callee.attr_or("inlining"))
     return "inline" in marks and "noinline" not in marks
@@ -52,16 +51,15 @@ def can_inline(call: Operation, callee: Operation, symbols: dict[str, Operation]
             return False
     for top in body.ops[:-1]:  # the callee's return is not copied
         for op in top.walk():
-            name = op.opdef.name
             if site not in op.opdef.contexts:
                 return False
-            if name == "template.apply" and site != home:
+            if op.opdef is TEMPLATE_APPLY and site != home:
                 return False
             if op.opdef.has(CALL):
                 target = symbols.get(op.attr("callee", ""))
                 if target is None or not may_call(site, target.attr_or("convention")):
                     return False
-                if name == "func.call" and site in (K_CFG, PROGRAM) and not target.attr_or("pure"):
+                if op.opdef is FUNC_CALL and site in (K_CFG, PROGRAM) and not target.attr_or("pure"):
                     return False
     return True
 
@@ -77,7 +75,7 @@ def inline_call(call: Operation, callee: Operation, rw: Rewriter) -> None:
         copy = clone_op(op, mapping, namer, comments=False)
         if site in (K_CFG, PROGRAM):
             for inner in copy.walk():
-                if inner.opdef.name == "func.call":
+                if inner.opdef is FUNC_CALL:
                     inner.set_attr("pure", True)  # those sites take only `pure` calls; the callee is pure
         copies.append(rw.insert_before(call, copy))
     values = [mapping.get(v, v) for v in body.ops[-1].operands]

@@ -22,12 +22,35 @@ from typing import Any
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.builder import substitute
 from loomcli.ir.core import Module, Operation, Region, Signature, Value
-from loomcli.ir.ops import CASE, FUNCTION, K_BODY, K_CFG, OPS, PROGRAM, SYMBOL, function_context, may_call
+from loomcli.ir.ops import (
+    CASE,
+    CHECK_CASE,
+    COMMAND_PROGRAM_DEF,
+    CONFIG_DEF,
+    CONFIG_GET,
+    CONSTANT_OPS,
+    FUNCTION,
+    INDEX_ASSUME,
+    INDEX_CMP,
+    K_BODY,
+    K_CFG,
+    KERNEL_DEF,
+    OPS,
+    PROGRAM,
+    SCF_IF,
+    SYMBOL,
+    TARGET_SUBGROUP_SIZE,
+    TEMPLATE_APPLY,
+    TEMPLATE_DEF,
+    function_context,
+    may_call,
+    op_names,
+)
 from loomcli.passes.facts import PROVEN, REFUTED, UNKNOWN, Facts, branch_intervals
 from loomcli.targets.profiles import Profile
 
 # Symbols whose bodies selection walks.
-_SELECTED_IN = ("kernel.def", "func.def", "template.def", "command.program.def", "check.case")
+_SELECTED_IN = op_names("kernel.def", "func.def", "template.def", "command.program.def", "check.case")
 
 Folder = Callable[[Operation, list[Any]], "list[Any] | None"]
 
@@ -59,7 +82,7 @@ class Decision:
 
 
 def _default_fold(op: Operation, operands: list[Any]) -> list[Any] | None:
-    if op.name in ("index.constant", "scalar.constant"):
+    if op.name in CONSTANT_OPS:
         return [op.attr("value")]
     try:
         from loomcli.semantics.fold import fold_values  # the exact semantics, once available
@@ -83,7 +106,7 @@ class Selector:
         self._order: dict[Value, int] = {}
         self._providers: dict[str, list[Operation]] = {}
         for op in module.ops:
-            if op.name == "template.def":
+            if op.opdef is TEMPLATE_DEF:
                 self._providers.setdefault(op.attr("family"), []).append(op)
 
     # ------------------------------------------------------------ driver
@@ -99,7 +122,7 @@ class Selector:
 
         position = {op: k for k, op in enumerate(self.module.ops)}
         pending = [op for op in self.module.ops
-                   if op.opdef.has(SYMBOL) and (is_root(op) or op.name == "kernel.def")]
+                   if op.opdef.has(SYMBOL) and (is_root(op) or op.opdef is KERNEL_DEF)]
         seen = set(pending)
         blocks: dict[Operation, list[Decision]] = {}
         while pending:
@@ -123,15 +146,15 @@ class Selector:
         sym = (op.symbol or "")
         profile = self._profile_of(op)
         regions: list[tuple[Region, str, Signature | None]]
-        if op.name == "kernel.def":
+        if op.opdef is KERNEL_DEF:
             regions = [(op.region("config"), K_CFG, op.signature("sig")),
                        (op.region("body"), K_BODY, op.signature("launch"))]
         elif op.opdef.has(FUNCTION):
             ctx = function_context(op.attr("convention", None))
             regions = [(op.region("body"), ctx, op.signature("sig"))]
-        elif op.name == "command.program.def":
+        elif op.opdef is COMMAND_PROGRAM_DEF:
             regions = [(op.region("body"), PROGRAM, op.signature("launch"))]
-        elif op.name == "check.case":
+        elif op.opdef is CHECK_CASE:
             regions = [(op.region("body"), CASE, None)]
         else:
             return
@@ -144,7 +167,7 @@ class Selector:
             if sig is not None and sig.where:
                 for p in sig.where:
                     facts.add(p)
-            program_where = op.signature("sig").where if op.name == "command.program.def" else None
+            program_where = op.signature("sig").where if op.opdef is COMMAND_PROGRAM_DEF else None
             for p in program_where or ():
                 facts.add(p)
             self._walk(region, ctx, facts, sym, (index,), profile)
@@ -158,7 +181,7 @@ class Selector:
         if pinned is None:
             return self.profile
         record = self.symbols.get(pinned)
-        if (op.name != "kernel.def" and self.profile is not None and record is not None
+        if (op.opdef is not KERNEL_DEF and self.profile is not None and record is not None
                 and self.profile.matches_record(record.attr("kind", ""))):
             return self.profile  # a provider or function a generic chip covers runs on the root's chip (17.18)
         from loomcli.targets.checks import profile_for
@@ -177,11 +200,10 @@ class Selector:
             here = path + (k,)
             for r in op.results:
                 self._order.setdefault(r, len(self._order))
-            name = op.name
-            if name == "template.apply":
+            if op.opdef is TEMPLATE_APPLY:
                 self._select(op, ctx, facts, sym, here, profile)
                 continue
-            if name == "scf.if":
+            if op.opdef is SCF_IF:
                 self._walk_if(op, ctx, facts, sym, here, profile)
                 continue
             for i, inner in enumerate(op.regions):
@@ -195,7 +217,7 @@ class Selector:
         then_facts, else_facts = facts.child(), facts.child()
         cond = op.operand("condition") if op.operands else None
         cmp = getattr(cond, "op", None)
-        if cmp is not None and cmp.name == "index.cmp" and len(cmp.operands) == 2:
+        if cmp is not None and cmp.opdef is INDEX_CMP and len(cmp.operands) == 2:
             a, b = cmp.operands
             ca, cb = facts.constant(a), facts.constant(b)
             if (ca is None) != (cb is None):
@@ -209,21 +231,20 @@ class Selector:
         self._walk(op.region("else"), ctx, else_facts, sym, path + (1,), profile)
 
     def _learn(self, op: Operation, facts: Facts, profile: Profile | None) -> None:
-        name = op.name
-        if name == "index.assume":
+        if op.opdef is INDEX_ASSUME:
             for p in op.attr("preds", []):
                 subject = p.args[0]
                 if subject in op.operands:
                     facts.add(p, op.results[op.operands.index(subject)])
-        elif name == "config.get":
+        elif op.opdef is CONFIG_GET:
             target = self.symbols.get(op.attr("ref"))
-            if target is not None and target.name == "config.def":
+            if target is not None and target.opdef is CONFIG_DEF:
                 facts.constants[op.result()] = target.attr("value")
             elif target is not None and target.attr_or("sig") is not None:
                 sig = target.signature("sig")
                 for p in sig.where or []:
                     facts.add(p, op.result(), [op.result() if a is sig.args[0] else a for a in p.args])
-        elif name == "target.subgroup.size":
+        elif op.opdef is TARGET_SUBGROUP_SIZE:
             if profile is not None and profile.subgroup_size:
                 facts.constants[op.result()] = profile.subgroup_size
         elif op.opdef.has("pure") and op.results and not op.regions:
@@ -334,5 +355,5 @@ def select_templates(module: Module, profile: Profile | None = None, mode: str =
     diags = s.diags
     if require_resolved:
         diags = diags + [Diagnostic.make("CONFIG/003", module.path, op.loc, k=op.attr("ref"))
-                         for top in s.reached for op in top.walk() if op.name == "config.get"]
+                         for top in s.reached for op in top.walk() if op.opdef is CONFIG_GET]
     return s.decisions, diags

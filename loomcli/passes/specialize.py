@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from loomcli.diagnostics import CompileError, has_errors
 from loomcli.ir.core import Module
+from loomcli.ir.ops import KERNEL_DEF, TARGET_SUBGROUP_SIZE
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.targets.profiles import Profile
 
@@ -80,14 +81,14 @@ def fold_target_facts(module: Module, profile: Profile | None) -> None:
 
     symbols = module.symbols()
     for top in module.ops:
-        sites = [op for op in top.walk() if op.name == "target.subgroup.size"]
+        sites = [op for op in top.walk() if op.opdef is TARGET_SUBGROUP_SIZE]
         if not sites:
             continue
         chosen = profile
         record = symbols.get(top.attr_or("target") or "")
         if record is not None:
             covered = profile is not None and profile.matches_record(record.attr("kind", ""))
-            if top.name == "kernel.def" or profile is None:
+            if top.opdef is KERNEL_DEF or profile is None:
                 chosen = profile_for(module, top, profile)
             elif not covered:
                 continue  # a provider refuted here; TARGET/001 at emission if something reaches it

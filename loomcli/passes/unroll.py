@@ -14,6 +14,7 @@ from typing import Any
 
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.ops import SCF_FOR
 from loomcli.passes.canonicalize import constant_fits_uses
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Rewriter
@@ -73,7 +74,7 @@ def unroll_loop(loop: Operation, trip: int, rw: Rewriter) -> None:
 def unroll(module: Module, max_trip_count: int = 16, max_ops: int = 4096) -> int:
     """Unroll eligible loops of `module`; returns how many were unrolled."""
     rw = Rewriter(module)
-    loops = [op for op in module.walk() if op.opdef.name == "scf.for"]
+    loops = [op for op in module.walk() if op.opdef is SCF_FOR]
     done = 0
     for loop in reversed(loops):  # later in pre-order first: inner loops before outer ones
         if loop.parent is None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, Region, Value
-from loomcli.ir.ops import FUNCTION, TERMINATOR, OpTable
+from loomcli.ir.ops import CONFIG_DEF, FUNCTION, KERNEL_LAUNCH_CONFIG, TERMINATOR, OpTable
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
     FOLDERS,
@@ -97,7 +97,7 @@ class Evaluator:
         region = kernel.region("config")
         values = [canonical(a, v.type) for a, v in zip(workload, region.args)]
         term, operands = self.run_region(region, values)
-        if term.opdef.name != "kernel.launch.config":
+        if term.opdef is not KERNEL_LAUNCH_CONFIG:
             raise NotEvaluable(f"`@{kernel.symbol}` has no launch configuration")
         out: dict[str, tuple[int, ...]] = {}
         at = 0
@@ -167,7 +167,7 @@ class Evaluator:
         if key in self.config:
             return [canonical(self.config[key], op.results[0].type)]
         definition = self.symbols.get(key)
-        if definition is not None and definition.opdef.name == "config.def":
+        if definition is not None and definition.opdef is CONFIG_DEF:
             return [canonical(definition.attr("value"), op.result().type)]
         raise NotEvaluable(f"`@{key}` unresolved")
 
@@ -178,9 +178,9 @@ class Evaluator:
 
 
 # What the evaluator runs beyond the folders.
-_SPECIAL: OpTable[Callable[[Evaluator, Operation, dict[Value, Any]], list[Any]]] = OpTable(
-    "semantics.evaluate._SPECIAL", {name: Evaluator._constant for name in CONSTANT_OPS})
-_SPECIAL.update({
+Handler = Callable[[Evaluator, Operation, dict[Value, Any]], list[Any]]
+_SPECIAL: OpTable[Handler] = OpTable("semantics.evaluate._SPECIAL", {
+    **{name: Evaluator._constant for name in CONSTANT_OPS},
     "scf.if": Evaluator._scf_if,
     "scf.for": Evaluator._scf_for,
     "scf.while": Evaluator._scf_while,

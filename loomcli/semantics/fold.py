@@ -32,12 +32,11 @@ from typing import Any
 
 from loomcli.ir.attrs import Pred
 from loomcli.ir.core import Operation, OpResult, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import CONSTANT_OPS, SCALAR_FPTOSI, OpTable
 from loomcli.ir.types import BF16, F16, F32, F64, I1, INDEX, OFFSET, ScalarType, Type, is_float, is_int, scalar
 
 INDEX_MIN, INDEX_MAX = -(1 << 63), (1 << 63) - 1
 MASK64 = (1 << 64) - 1
-CONSTANT_OPS = ("index.constant", "scalar.constant")
 
 
 class EvaluationError(Exception):
@@ -713,7 +712,7 @@ def _fold_fptoint(op: Operation, args: list[Any], lookup: Lookup | None) -> list
         raise UndefinedBehavior(f"{op.opdef.name} of {x}")
     n = _int_bits(_result_type(op))
     v = math.trunc(x)
-    lo, hi = (-(1 << (n - 1)), (1 << (n - 1)) - 1) if op.opdef.name == "scalar.fptosi" else (0, (1 << n) - 1)
+    lo, hi = (-(1 << (n - 1)), (1 << (n - 1)) - 1) if op.opdef is SCALAR_FPTOSI else (0, (1 << n) - 1)
     if not lo <= v <= hi:
         raise UndefinedBehavior(f"{op.opdef.name}: {x} does not fit i{n}")
     return [from_pattern(v & _mask(n), n)]

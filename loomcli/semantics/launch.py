@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.ir.core import Module, Operation, OpResult, Value
+from loomcli.ir.ops import KERNEL_LAUNCH_CONFIG
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable
 
 FIELDS = ("workgroups", "workgroup_size", "cluster_size")
@@ -81,7 +82,7 @@ def run_launch_config(module: Module, kernel: Operation, workload: Mapping[Value
         for r, v in zip(op.results, results):
             env[r] = v
     values: dict[str, Triple] = {}
-    if term is None or term.name != "kernel.launch.config":
+    if term is None or term.opdef is not KERNEL_LAUNCH_CONFIG:
         return ConfigRun({name: (None, None, None) for name in FIELDS},
                          [Failure(term or kernel, NotEvaluable("no kernel.launch.config"), list(FIELDS))])
     for name in FIELDS:
@@ -102,7 +103,7 @@ def field_uses(kernel: Operation) -> dict[Operation, list[str]]:
     region = kernel.region("config")
     term = region.terminator
     uses: dict[Operation, list[str]] = {}
-    if term is None or term.name != "kernel.launch.config":
+    if term is None or term.opdef is not KERNEL_LAUNCH_CONFIG:
         return uses
     for name in FIELDS:
         stack = [v.op for v in term.operand_group(name) if isinstance(v, OpResult) and v.op.parent is region]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomcli.ir.core import Module, Operation
+from loomcli.ir.ops import BUFFER_ALLOCA, KERNEL_DEF, KERNEL_LAUNCH_CONFIG, KERNEL_WORKGROUP_REDUCE
 from loomcli.ir.types import BUFFER, ScalarType, Type
 
 SLOT_BYTES = {"i1": 4, "i8": 4, "i16": 4, "f16": 4, "bf16": 4, "i32": 4, "f32": 4,
@@ -120,7 +121,7 @@ def exported_kernels(module: Module, roots: set[str] | None = None) -> list[Oper
     """Kernels an artifact contains: exported ones and retained roots, in module order."""
     out = []
     for op in module.ops:
-        if op.name == "kernel.def" and (op.has_attr("export") or op.attr("retain", None)
+        if op.opdef is KERNEL_DEF and (op.has_attr("export") or op.attr("retain", None)
                                         or (roots is not None and op.attr("sym") in roots)):
             out.append(op)
     return out
@@ -134,7 +135,7 @@ def workgroup_allocas_bytes(kernel: Operation) -> int:
 
     offset = 0
     for op in kernel.region("body").ops:
-        if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+        if op.opdef is BUFFER_ALLOCA and op.attr("kind", None) == "workgroup":
             size = constant_of(op.operand("bytes"))
             if not isinstance(size, int):
                 raise ValueError(f"workgroup alloca of @{kernel.attr('sym')} has no constant size")
@@ -147,7 +148,7 @@ def workgroup_size_constants(kernel: Operation) -> tuple[int, int, int] | None:
     from loomcli.semantics.fold import constant_of
 
     config = kernel.region("config").ops[-1]
-    if config.name != "kernel.launch.config":
+    if config.opdef is not KERNEL_LAUNCH_CONFIG:
         return None
     values = [constant_of(v) for v in config.operand_group("workgroup_size")]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -167,7 +168,7 @@ def reduction_scratch(kernel: Operation, subgroup_size: int | None, max_flat_wor
     Kernels without such a site need none: (offset, 0). Sites run one after
     another, separated by barriers, so they reuse the same slots."""
     base = _align(workgroup_allocas_bytes(kernel), REDUCTION_SLOT_BYTES)
-    if not any(op.name == "kernel.workgroup.reduce" for op in kernel.region("body").walk_ops()):
+    if not any(op.opdef is KERNEL_WORKGROUP_REDUCE for op in kernel.region("body").walk_ops()):
         return base, 0
     size = workgroup_size_constants(kernel)
     flat = size[0] * size[1] * size[2] if size else max_flat_workgroup_size

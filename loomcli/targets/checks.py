@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.ops import CALL
+from loomcli.ir.ops import BUFFER_ALLOCA, CALL, KERNEL_LAUNCH_CONFIG, TARGET_SUBGROUP_SIZE, VIEW_ATOMIC_RMW
 from loomcli.ir.types import ELEMENT_BYTES, F16, F64, I64, ScalarType, ShapedType, Type
 from loomcli.semantics.evaluate import Evaluator
 from loomcli.targets.profiles import Profile
@@ -141,7 +141,7 @@ class _KernelChecker:
         from loomcli.semantics.launch import fold_launch_config
 
         config = self.kernel.region("config").terminator
-        if config is None or config.name != "kernel.launch.config":
+        if config is None or config.opdef is not KERNEL_LAUNCH_CONFIG:
             return
         folded = fold_launch_config(self.module, self.kernel, self.profile.subgroup_size,
                                     self.checks.evaluator(self.profile.subgroup_size))
@@ -179,7 +179,7 @@ class _KernelChecker:
         limit = self.profile.max_private_bytes
         total = 0
         for op in self._device_ops():
-            if op.name == "buffer.alloca" and op.attr("kind", None) == "private":
+            if op.opdef is BUFFER_ALLOCA and op.attr("kind", None) == "private":
                 size = constant_of(op.operand("bytes")) if op.operands else None
                 if isinstance(size, int) and not isinstance(size, bool):
                     total = align_up(total, op.attr("align", 1)) + size
@@ -193,7 +193,7 @@ class _KernelChecker:
 
         offset = 0
         for op in self.kernel.region("body").ops:
-            if op.name == "buffer.alloca" and op.attr("kind", None) == "workgroup":
+            if op.opdef is BUFFER_ALLOCA and op.attr("kind", None) == "workgroup":
                 offset = align_up(offset, op.attr("align", 1)) + constant_of(op.operand("bytes"))
                 if offset > self.profile.max_workgroup_storage_bytes:
                     return op.loc
@@ -226,17 +226,17 @@ class _KernelChecker:
         for op in self._device_ops():
             for feature in _op_features(op):
                 missing.setdefault(feature, op.loc)
-            if op.name == "target.subgroup.size" and p.subgroup_size is None and not subgroup_reported:
+            if op.opdef is TARGET_SUBGROUP_SIZE and p.subgroup_size is None and not subgroup_reported:
                 subgroup_reported = True
                 self.error("TARGET/001", op.loc, text=f"target.subgroup.size on {p.name}")
-            elif op.name == "view.atomic.rmw" and p.family == "spirv":
+            elif op.opdef is VIEW_ATOMIC_RMW and p.family == "spirv":
                 scope = (op.attr("dict", None) or {}).get("scope")
                 if str(scope) == "system":
                     self.error("TARGET/001", op.loc_of("dict"), text=f"scope = system on {p.name}")
             elif op.opdef.has(CALL):
                 self._check_pinned_callee(op)
         if self._config_uses_subgroup_size() and p.subgroup_size is None and not subgroup_reported:
-            op = next(o for o in self._config_ops() if o.name == "target.subgroup.size")
+            op = next(o for o in self._config_ops() if o.opdef is TARGET_SUBGROUP_SIZE)
             self.error("TARGET/001", op.loc, text=f"target.subgroup.size on {p.name}")
         for feature, loc in missing.items():
             if feature not in p.features:
@@ -260,7 +260,7 @@ class _KernelChecker:
         yield from reachable_ops(self.kernel.region("config").ops, self.symbols)
 
     def _config_uses_subgroup_size(self) -> bool:
-        return any(o.name == "target.subgroup.size" for o in self._config_ops())
+        return any(o.opdef is TARGET_SUBGROUP_SIZE for o in self._config_ops())
 
 
 def reachable_ops(ops: list[Operation], symbols: dict[str, Operation]) -> Iterator[Operation]:

@@ -19,7 +19,7 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import DETACHED, MAX_DEPTH, BlockArgument, LocalName, Module, Operation, Region, Value
 from loomcli.ir.gcpause import gc_paused
-from loomcli.ir.ops import OPS, RENAMED_OPS, OpDef
+from loomcli.ir.ops import COMMAND_PROGRAM_DECL, KERNEL_DEF, OPS, RENAMED_OPS, OpDef
 from loomcli.ir.types import ERROR, SCALAR_TYPES, ShapedType, Type
 from loomcli.text.directives import FORMATS
 from loomcli.text.lexer import (
@@ -551,15 +551,15 @@ class Parser:
         pending = self.pending_scope
         # A command program's two lists share one scope, declared or defined:
         # its `where` after `launch(...)` may name specialization arguments.
-        shared = region is not None or op.name == "command.program.decl"
+        shared = region is not None or op.opdef is COMMAND_PROGRAM_DECL
         if pending is not None and pending[0] is op and pending[1] == region and shared:
             return pending[2]
         self.close_pending_scope()
         related = None
-        if op.name == "kernel.def" and region == 1:
+        if op.opdef is KERNEL_DEF and region == 1:
             related = self.last_iso.get(id(op))
         scope = self._open(op.name, True, related)
-        if op.name == "kernel.def" and region == 0:
+        if op.opdef is KERNEL_DEF and region == 0:
             self.last_iso[id(op)] = scope.iso
         self.pending_scope = (op, region, scope)
         return scope

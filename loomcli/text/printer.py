@@ -12,14 +12,14 @@ from typing import Any
 
 from loomcli.ir.attrs import Pred, attribute_text, dictionary_text, literal_text
 from loomcli.ir.core import DETACHED, Module, Operation, Region, Value
+from loomcli.ir.ops import COMMAND_YIELD, MODULE_IMPORT, SCF_YIELD
 from loomcli.ir.types import ShapedType, Type
 from loomcli.text.directives import FORMATS
 
 
 def is_elided(op: Operation) -> bool:
     """Operand-free `scf.yield` and every `command.yield` are not printed."""
-    name = op.opdef.name
-    return name == "command.yield" or (name == "scf.yield" and not op.operands)
+    return op.opdef is COMMAND_YIELD or (op.opdef is SCF_YIELD and not op.operands)
 
 
 class Printer:
@@ -104,7 +104,7 @@ class Printer:
     def module(self, module: Module) -> str:
         first = True
         for op in module.ops:
-            if not first and op.opdef.name != "module.import":
+            if not first and op.opdef is not MODULE_IMPORT:
                 self.lines.append("")
             first = False
             self.op(op)

@@ -27,7 +27,7 @@ from loomcli.emit.spirv.spec import (
 )
 from loomcli.emit.spirv.writer import FunctionWriter, ModuleWriter, string_words
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import FUNCTION
+from loomcli.ir.ops import FUNCTION, KERNEL_RETURN
 from loomcli.ir.types import BF16, F16, F32, F64, I1, I64, ScalarType
 from loomcli.targets.abi import KernelABI, exported_kernels, kernel_abi, workgroup_size_constants
 from loomcli.targets.abi import workgroup_storage_bytes as storage_bytes
@@ -170,7 +170,7 @@ class SpirvEmitter:
         fw.label()
         self._push_constants(lo, info)
         term = lo.block(body)
-        if term.name != "kernel.return":  # pragma: no cover - the verifier guarantees it
+        if term.opdef is not KERNEL_RETURN:  # pragma: no cover - the verifier guarantees it
             raise lo.fail("STRUCTURE/001", term, op="kernel.def", terminator="kernel.return")
         fw.op(Op.Return)
 

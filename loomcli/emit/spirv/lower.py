@@ -25,7 +25,7 @@ from loomcli.emit.spirv.builder import NATURAL_STORAGE, Builder
 from loomcli.emit.spirv.memory import Facts, Root, tracked
 from loomcli.emit.spirv.spec import GROUP_REDUCE, SC, BuiltIn, Cap, Op, Scope, Sem
 from loomcli.ir.core import Operation, Region, Value
-from loomcli.ir.ops import OpTable
+from loomcli.ir.ops import SCALAR_EXTSI, SCALAR_FPTOSI, SCALAR_SITOFP, OpTable
 from loomcli.ir.types import (
     BF16,
     BUFFER,
@@ -703,10 +703,10 @@ def _itofp(lo: Lowerer, op: Operation) -> None:
     src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     ft = lo.vtype(dst)
     if src is I1:
-        one = -1.0 if op.name == "scalar.sitofp" else 1.0
+        one = -1.0 if op.opdef is SCALAR_SITOFP else 1.0
         r = lo.select(x, lo.m.fconst(fm.cbits(dst), one), lo.m.fconst(fm.cbits(dst), 0.0))
     else:
-        r = lo.val(Op.ConvertSToF if op.name == "scalar.sitofp" else Op.ConvertUToF, ft, x)
+        r = lo.val(Op.ConvertSToF if op.opdef is SCALAR_SITOFP else Op.ConvertUToF, ft, x)
     lo.env[op.results[0]] = r
 
 
@@ -716,12 +716,12 @@ def _fptoi(lo: Lowerer, op: Operation) -> None:
     src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if dst is I1:  # the only defined results: true is -1 (signed) or 1 (unsigned)
         bits = fm.cbits(src)
-        if op.name == "scalar.fptosi":
+        if op.opdef is SCALAR_FPTOSI:
             r = lo.cmp(Op.FOrdLessThanEqual, x, lo.m.fconst(bits, -1.0))
         else:
             r = lo.cmp(Op.FOrdGreaterThanEqual, x, lo.m.fconst(bits, 1.0))
     else:
-        r = lo.val(Op.ConvertFToS if op.name == "scalar.fptosi" else Op.ConvertFToU, lo.vtype(dst), x)
+        r = lo.val(Op.ConvertFToS if op.opdef is SCALAR_FPTOSI else Op.ConvertFToU, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 
@@ -767,14 +767,14 @@ def _int_cast(lo: Lowerer, op: Operation) -> None:
     x = lo.get(op.operand("value"))
     src, dst = scalar(op.operand("value").type), scalar(op.result().type)
     if src is I1:
-        ones = (1 << dst.bits) - 1 if op.name == "scalar.extsi" else 1
+        ones = (1 << dst.bits) - 1 if op.opdef is SCALAR_EXTSI else 1
         lo.vtype(dst)
         r = lo.select(x, lo.m.uint(dst.bits, ones), lo.m.uint(dst.bits, 0))
     elif dst is I1:
         one = lo.m.uint(src.bits, 1)
         r = lo.cmp(Op.INotEqual, lo.bin(Op.BitwiseAnd, x, one), lo.m.uint(src.bits, 0))
     else:
-        r = lo.val(Op.SConvert if op.name == "scalar.extsi" else Op.UConvert, lo.vtype(dst), x)
+        r = lo.val(Op.SConvert if op.opdef is SCALAR_EXTSI else Op.UConvert, lo.vtype(dst), x)
     lo.env[op.results[0]] = r
 
 

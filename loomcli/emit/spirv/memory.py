@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.spirv.builder import NATURAL_STORAGE
 from loomcli.ir.core import Module, Operation, Value
-from loomcli.ir.ops import FUNCTION, OpTable
+from loomcli.ir.ops import FUNCTION, SCF_YIELD, VIEW_ATOMIC_RMW, OpTable
 from loomcli.ir.types import BUFFER, ELEMENT_BYTES, ScalarType, Type, is_float, is_view
 
 Roots = frozenset["Root"]
@@ -178,7 +178,7 @@ class RootAnalysis:
 
     def _store(self, op: Operation, env: dict[Value, Roots]) -> None:
         view = op.operand("view")
-        self._access(view, view.type.elem, op.name == "view.atomic.rmw", env)  # type: ignore[attr-defined]
+        self._access(view, view.type.elem, op.opdef is VIEW_ATOMIC_RMW, env)  # type: ignore[attr-defined]
 
     @staticmethod
     def _join(values: list[Value], targets: list[Value], env: dict[Value, Roots]) -> bool:
@@ -198,7 +198,7 @@ class RootAnalysis:
             self._walk(region, env)
         for region in op.regions:
             term = region.terminator
-            if term is not None and term.name == "scf.yield":
+            if term is not None and term.opdef is SCF_YIELD:
                 self._join(list(term.operands), list(op.results), env)
 
     def _for(self, op: Operation, env: dict[Value, Roots]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import literal_text
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import FUNCTION, MODULE, TERMINATOR, function_context
+from loomcli.ir.ops import FUNCTION, KERNEL_DEF, MODULE, TERMINATOR, function_context
 from loomcli.ir.verifier.base import literal_fits
 from loomcli.ir.verifier.convergence import ConvergenceChecks
 from loomcli.ir.verifier.purity import PurityChecks
@@ -67,7 +67,7 @@ class Verifier(TypeRules, StructureRules, SymbolRules, ConvergenceChecks, Purity
             self.check_region_end(op, region, spec.terminator)
             for inner_op in region.ops:
                 self.visit(inner_op, inner)
-        if op.name == "kernel.def" and self.source_level:
+        if op.opdef is KERNEL_DEF and self.source_level:
             self.check_kernel_body(op)
         if op.opdef.has(FUNCTION) and op._attrs.get("pure"):
             self.check_pure(op)

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.attrs import Pred, literal_text
 from loomcli.ir.core import Loc, Module, Operation, OpResult, Value
 from loomcli.ir.ops import (
+    CONFIG_GET,
+    CONSTANT_OPS,
     PURE,
+    TARGET_SUBGROUP_SIZE,
+    TEMPLATE_DEF,
     function_context,
     may_call,
 )
@@ -134,7 +138,7 @@ class VerifierBase:
 
     @staticmethod
     def constant_of(v: Value) -> Any:
-        if isinstance(v, OpResult) and v.op.name in ("index.constant", "scalar.constant"):
+        if isinstance(v, OpResult) and v.op.name in CONSTANT_OPS:
             return v.op._attrs.get("value")
         return None
 
@@ -144,9 +148,9 @@ class VerifierBase:
         if not isinstance(v, OpResult) or depth > 64:
             return False
         op = v.op
-        if op.name in ("config.get", "target.subgroup.size"):
+        if op.opdef in (CONFIG_GET, TARGET_SUBGROUP_SIZE):
             return None
-        if op.name in ("index.constant", "scalar.constant"):
+        if op.name in CONSTANT_OPS:
             return True
         if not (op.opdef.has(PURE) and op.name.split(".")[0] in ("index", "scalar", "scf", "buffer")) \
                 or op.regions:
@@ -173,7 +177,8 @@ class VerifierBase:
             node = owner
         return None
 
-    def lookup(self, op: Operation, attr: str, kinds: Iterable[str], expected: str) -> Operation | None:
+    def lookup(self, op: Operation, attr: str, expected: str) -> Operation | None:
+        """The symbol `attr` names, which must be a `expected` (a row's `symbol_kind`)."""
         name = op._attrs.get(attr)
         if name is None:
             return None
@@ -181,14 +186,14 @@ class VerifierBase:
         if target is None:
             self.error("SYMBOL/002", op.loc_of(attr), s=name)
             return None
-        if target.name not in kinds:
+        if target.opdef.symbol_kind != expected:
             self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=target.opdef.symbol_kind or target.name,
                        kind2=expected)
             return None
         return target
 
     def providers(self, family: str) -> list[Operation]:
-        return [p for p in self.module.ops if p.name == "template.def" and p._attrs.get("family") == family]
+        return [p for p in self.module.ops if p.opdef is TEMPLATE_DEF and p._attrs.get("family") == family]
 
     def check_preds(self, preds: list[Pred], subjects: set[Value]) -> None:
         for p in preds:

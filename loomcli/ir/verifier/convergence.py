@@ -8,6 +8,11 @@ from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Operation, Region, Value
 from loomcli.ir.ops import (
     CONVERGENT,
+    SCF_FOR,
+    SCF_IF,
+    SCF_SELECT,
+    SCF_WHILE,
+    UNIFORM,
 )
 from loomcli.ir.verifier.base import VerifierBase
 
@@ -24,8 +29,7 @@ class ConvergenceChecks(VerifierBase):
         for op in region.ops:
             if op.opdef.has(CONVERGENT):
                 self._check_convergent(op, controls)
-            name = op.name
-            if name == "scf.if":
+            if op.opdef is SCF_IF:
                 cond = op.operand("condition") if op.operands else None
                 cu = cond is not None and cond in uniform
                 for r in op.regions:
@@ -35,14 +39,14 @@ class ConvergenceChecks(VerifierBase):
                         all(v in uniform for v in r.ops[-1].operands) for r in op.regions if r.ops)
                     if yields_uniform:
                         uniform.update(op.results)
-            elif name == "scf.for":
+            elif op.opdef is SCF_FOR:
                 bounds = [g for name in ("lower", "upper", "step") for g in op.operand_group(name)]
                 bad = next((v for v in bounds if v not in uniform), None)
                 body = op.region("body")
                 if bad is None and body.args:
                     uniform.add(body.args[0])
                 self._uniform_region(body, uniform, controls + [("for", bad)])
-            elif name == "scf.while":
+            elif op.opdef is SCF_WHILE:
                 for r in op.regions:
                     self._uniform_region(r, uniform, controls + [("while", None)])
             else:
@@ -54,11 +58,9 @@ class ConvergenceChecks(VerifierBase):
     @staticmethod
     def _is_uniform_op(op: Operation, uniform: set[Value]) -> bool:
         name = op.name
-        if name in ("index.constant", "scalar.constant", "vector.constant", "config.get", "target.subgroup.size",
-                    "kernel.workgroup.id", "kernel.workgroup.size", "kernel.workgroup.count",
-                    "kernel.subgroup.size", "kernel.workgroup.reduce"):
+        if op.opdef.has(UNIFORM):
             return True
-        if name.startswith(("index.", "scalar.")) or name == "scf.select":
+        if name.startswith(("index.", "scalar.")) or op.opdef is SCF_SELECT:
             return all(v in uniform for v in op.operands)
         return False
 

@@ -7,9 +7,13 @@ from loomcli.ir.core import Operation
 from loomcli.ir.ops import (
     CALL,
     CONVERGENT,
+    FUNC_CALL,
     FUNCTION,
     LAUNCH,
     MEMORY,
+    TEMPLATE_APPLY,
+    TEMPLATE_CALL,
+    TEMPLATE_DEF,
 )
 from loomcli.ir.verifier.base import VerifierBase
 
@@ -24,16 +28,16 @@ class PurityChecks(VerifierBase):
                 bad = None
                 if inner.opdef.has(MEMORY) or inner.opdef.has(CONVERGENT) or inner.opdef.has(LAUNCH):
                     bad = inner.name
-                elif inner.name == "func.call":
+                elif inner.opdef is FUNC_CALL:
                     callee = self.symbols.get(inner._attrs.get("callee", ""))
                     if (callee is not None and callee.name in ("func.def", "func.decl")
                             and not callee._attrs.get("pure")):
                         bad = f"impure call of `@{callee._attrs['sym']}`"
-                elif inner.name == "template.call":
+                elif inner.opdef is TEMPLATE_CALL:
                     callee = self.symbols.get(inner._attrs.get("callee", ""))
-                    if callee is not None and callee.name == "template.def" and not callee._attrs.get("pure"):
+                    if callee is not None and callee.opdef is TEMPLATE_DEF and not callee._attrs.get("pure"):
                         bad = f"impure call of `@{callee._attrs['sym']}`"
-                elif inner.name == "template.apply":
+                elif inner.opdef is TEMPLATE_APPLY:
                     ctx = self._context_of(inner)
                     for provider in self.providers(inner._attrs.get("family", "")):
                         if self._eligible(ctx, provider) and not provider._attrs.get("pure"):
@@ -51,7 +55,7 @@ class PurityChecks(VerifierBase):
             for op in fn.walk():
                 if op.opdef.has(CALL):
                     out.append((op._attrs.get("callee", ""), op))
-                elif op.name == "template.apply":
+                elif op.opdef is TEMPLATE_APPLY:
                     for p in self.providers(op._attrs.get("family", "")):
                         out.append((p.attr("sym"), op))
             edges[fn.attr("sym")] = out

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from loomcli.ir.core import Operation, Region
 from loomcli.ir.ops import (
+    KERNEL_DEF,
+    SCF_CONDITION,
     TERMINATOR,
 )
 from loomcli.ir.types import (
@@ -97,7 +99,7 @@ class StructureRules(VerifierBase):
         carried = [a.type for a in before.args]
         results = [r.type for r in op.results]
         term, got = self._yield_types(before)
-        if (term is not None and term.name == "scf.condition" and got and all(t is not ERROR for t in got)
+        if (term is not None and term.opdef is SCF_CONDITION and got and all(t is not ERROR for t in got)
                 and got[1:] != results):
             self.error("STRUCTURE/007", term.loc, t1=", ".join(map(kind_text, got[1:])), parent=op.name,
                        t2=", ".join(map(kind_text, results)))
@@ -128,7 +130,7 @@ class StructureRules(VerifierBase):
         folds = self.folds(n)
         if op.attr("kind") == "workgroup":
             parent = op.parent_op
-            top = parent is not None and parent.name == "kernel.def" and op.parent is parent.region("body")
+            top = parent is not None and parent.opdef is KERNEL_DEF and op.parent is parent.region("body")
             if not top or folds is False:
                 self.error("STRUCTURE/008", op.loc)
         elif folds is False:

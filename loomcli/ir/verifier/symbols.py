@@ -12,11 +12,12 @@ from loomcli.ir.attrs import HashAttr, literal_text
 from loomcli.ir.core import Loc, Operation, Signature, Value
 from loomcli.ir.ops import (
     CASE,
+    CHECK_PARAM_CHOICE,
     FUNCTION,
     K_CFG,
+    KERNEL_DEF,
     PROGRAM,
     SYMBOL,
-    TARGET_RECORDS,
 )
 from loomcli.ir.types import (
     BUFFER,
@@ -80,7 +81,7 @@ class SymbolRules(VerifierBase):
                     self.error("SYMBOL/001", op.loc_of("sym"), name="@" + sym)
                 else:
                     self.symbols[sym] = op
-            if op.name == "kernel.def":
+            if op.opdef is KERNEL_DEF:
                 entry = op._attrs.get("export", sym)
                 if entry in exports:
                     self.error("SYMBOL/001", op.loc_of("export"), name=entry)
@@ -107,7 +108,7 @@ class SymbolRules(VerifierBase):
         if export is not None and not _EXPORT_RE.match(export):
             self.error("TYPE/005", op.loc_of("export"), literal=literal_text(export), type="export name")
         if "target" in op._attrs:
-            self.lookup(op, "target", TARGET_RECORDS, "target")
+            self.lookup(op, "target", "target")
 
     def _kernel_signature(self, op: Operation) -> None:
         self._arg_types(op.signature("sig"), "workload argument", self._scalar_arg, "index, offset, integer or float")
@@ -164,7 +165,7 @@ class SymbolRules(VerifierBase):
                 return
 
     def rule_launch(self, op: Operation) -> None:
-        target = self.lookup(op, "callee", ("kernel.def", "kernel.decl"), "kernel")
+        target = self.lookup(op, "callee", "kernel")
         if target is None:
             return
         sig, launch = target.signature("sig"), target.signature("launch")
@@ -173,7 +174,7 @@ class SymbolRules(VerifierBase):
                              len(sig.args), in_case)
 
     def rule_dispatch(self, op: Operation) -> None:
-        target = self.lookup(op, "callee", ("kernel.entry.decl",), "entry")
+        target = self.lookup(op, "callee", "entry")
         n = op._attrs.get("nworkload", 0)
         if not 1 <= n <= 3:
             self.error("TYPE/002", op.loc, op=op.name, n="1 to 3", items="workgroup counts", m=n)
@@ -214,7 +215,7 @@ class SymbolRules(VerifierBase):
                 self.type_error(op.loc_of("results"), f"result of @{op._attrs['sym']}", "a host type", t)
         self._where(op, "sig")
         if "target" in op._attrs:
-            self.lookup(op, "target", TARGET_RECORDS, "target")
+            self.lookup(op, "target", "target")
 
     rule_func_def = _function_signature
     rule_func_decl = _function_signature
@@ -222,7 +223,7 @@ class SymbolRules(VerifierBase):
 
     def rule_template_def(self, op: Operation) -> None:
         self._function_signature(op)
-        family = self.lookup(op, "family", ("template.decl",), "template family")
+        family = self.lookup(op, "family", "template family")
         if family is not None and not _same_signature(family.signature("sig"), op.signature("sig")):
             self.error("TYPE/006", op.loc_of("family"), use="template.def", s=family.attr("sym"),
                        detail="argument or result types differ from the family's")
@@ -249,7 +250,7 @@ class SymbolRules(VerifierBase):
                        context=f"a {ctx}")
 
     def rule_call(self, op: Operation) -> None:
-        target = self.lookup(op, "callee", ("func.def", "func.decl"), "function")
+        target = self.lookup(op, "callee", "function")
         ctx = self._context_of(op)
         if ctx in (K_CFG, PROGRAM) and not op._attrs.get("pure"):
             self.error("STRUCTURE/003", op.loc, op="func.call without `pure`", context=f"a {ctx}")
@@ -273,14 +274,14 @@ class SymbolRules(VerifierBase):
                     self.type_error(op.operand_loc(i), f"operand {i} of {op.name}", kind_text(w), g)
 
     def rule_apply(self, op: Operation) -> None:
-        family = self.lookup(op, "family", ("template.decl",), "template family")
+        family = self.lookup(op, "family", "template family")
         if family is None:
             return
         # An ineligible provider is refuted at this site, not an error (section 17.17).
         self._callable(op, family, "template.apply")
 
     def rule_template_call(self, op: Operation) -> None:
-        target = self.lookup(op, "callee", ("template.def",), "template provider")
+        target = self.lookup(op, "callee", "template provider")
         if target is not None:
             self._callable(op, target, "template.call")
             self._check_call_site(op, target)
@@ -300,7 +301,7 @@ class SymbolRules(VerifierBase):
             self.literal(op, "value", t)
 
     def rule_config_get(self, op: Operation) -> None:
-        target = self.lookup(op, "ref", ("config.decl", "config.def"), "config key")
+        target = self.lookup(op, "ref", "config key")
         if target is not None:
             want = target.attr("type")
             self.result(op, lambda t: t is want, kind_text(want))
@@ -326,23 +327,23 @@ class SymbolRules(VerifierBase):
         self._arg_types(op.signature("launch"), "launch argument", lambda t: t is BUFFER, "buffer")
         self._where(op, "launch")
         if "target" in op._attrs:
-            self.lookup(op, "target", TARGET_RECORDS, "target")
+            self.lookup(op, "target", "target")
 
     rule_program_def = _program_signature
     rule_program_decl = _program_signature
 
     def rule_program_launch(self, op: Operation) -> None:
-        target = self.lookup(op, "callee", ("command.program.def", "command.program.decl"), "command program")
+        target = self.lookup(op, "callee", "command program")
         if target is not None:
             sig, launch = target.signature("sig"), target.signature("launch")
             self._call_signature(op, "command.program.launch", target.attr("sym"), sig.args + launch.args,
                                  len(sig.args))
 
     def rule_benchmark(self, op: Operation) -> None:
-        case = self.lookup(op, "case", ("check.case",), "check case")
+        case = self.lookup(op, "case", "check case")
         if case is None:
             return
-        params = {p.attr("name") for p in case.region("body").ops if p.name == "check.param.choice"}
+        params = {p.attr("name") for p in case.region("body").ops if p.opdef is CHECK_PARAM_CHOICE}
         for key in op._attrs.get("dict", {}):
             if key not in params:
                 self.error("TYPE/003", op.loc_of("dict"), what=f"parameter `{key}`",

@@ -12,6 +12,10 @@ from loomcli.ir.attrs import literal_text
 from loomcli.ir.core import Loc, Operation, Signature, Value
 from loomcli.ir.ops import (
     CASE,
+    CHECK_EXPECT_CLOSE,
+    CHECK_PARAM_CHOICE,
+    INDEX_CONSTANT,
+    VECTOR_FMAF,
 )
 from loomcli.ir.types import (
     BUFFER,
@@ -91,7 +95,7 @@ class TypeRules(VerifierBase):
     def rule_constant(self, op: Operation) -> None:
         self.operands(op, 0)
         t = op.result().type
-        if op.name == "index.constant":
+        if op.opdef is INDEX_CONSTANT:
             ok = self.want(op, "result of index.constant", t, is_index_like(t), "index or offset")
         else:
             ok = self.want(op, "result of scalar.constant", t, is_int(t) or is_float(t), "an integer or float type")
@@ -370,7 +374,7 @@ class TypeRules(VerifierBase):
             self._combining_kind(op, v.elem)
 
     def rule_vector_arith(self, op: Operation) -> None:
-        n = 3 if op.name == "vector.fmaf" else 2
+        n = 3 if op.opdef is VECTOR_FMAF else 2
         if not self.operands(op, n):
             return
         t = op.result().type
@@ -408,7 +412,7 @@ class TypeRules(VerifierBase):
             for other in case.ops:
                 if other is op:
                     break
-                if other.name == "check.param.choice" and other._attrs.get("name") == name:
+                if other.opdef is CHECK_PARAM_CHOICE and other._attrs.get("name") == name:
                     self.error("SYMBOL/001", op.loc_of("name"), name=name)
 
     def rule_check_fill(self, op: Operation) -> None:
@@ -429,7 +433,7 @@ class TypeRules(VerifierBase):
         if not self.operands(op, 2):
             return
         t = op.operand("actual").type
-        if op.name == "check.expect.close":
+        if op.opdef is CHECK_EXPECT_CLOSE:
             elem = t.elem if isinstance(t, ShapedType) else t
             self.want(op, "type of check.expect.close", t, is_float(elem), "float elements")
             for attr in ("atol", "rtol"):
