@@ -9,6 +9,7 @@ are not ops at all fail earlier, when `OpTable` is filled at import.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -25,7 +26,6 @@ from loomcli.ir.ops import (
     PROGRAM,
     PURE,
     TERMINATOR,
-    OpTable,
     ops_with,
 )
 from loomcli.passes.pipeline import parse_pipeline
@@ -85,64 +85,20 @@ def selected(family: str) -> set[str]:
     return set().union(*(within(*DEVICE_SITES) - removed_for(p) for p in profiles))
 
 
-def _folders() -> OpTable:
-    from loomcli.semantics.fold import FOLDERS
-    return FOLDERS
+def table(path: str) -> Callable[[], Iterable[str]]:
+    """The table `module:NAME`, imported when its row runs."""
+    module, _, name = path.partition(":")
+    return lambda: getattr(importlib.import_module(module), name)
 
 
-def _patterns() -> OpTable:
-    from loomcli.passes.canonicalize import PATTERNS
-    return PATTERNS
-
-
-def _evaluator() -> OpTable:
-    from loomcli.semantics.evaluate import _SPECIAL
-    return _SPECIAL
-
-
-def _interpreter() -> OpTable:
-    from loomcli.check.interpreter import _HANDLERS
-    return _HANDLERS
-
-
-def _interpreter_approximate() -> OpTable:
-    from loomcli.check.interpreter import _APPROXIMATE
-    return _APPROXIMATE
-
-
-def _spirv() -> OpTable:
-    from loomcli.emit.spirv.lower import LOWER
-    return LOWER
-
-
-def _llvm() -> Iterable[str]:
-    from loomcli.emit.llvm.lower import HANDLERS
-    return HANDLERS
+_folders = table("loomcli.semantics.fold:FOLDERS")
+_interpreter = table("loomcli.check.interpreter:_HANDLERS")
+_evaluator = table("loomcli.semantics.evaluate:_SPECIAL")
 
 
 # Lowered by emit/llvm although expand-math expands them for every AMDGPU and
 # NVPTX profile (no profile lists sin, cos, tanh or pow as native): dead entries.
 LLVM_UNREACHED = frozenset({"scalar.sinf", "scalar.cosf", "scalar.tanhf", "scalar.powf"})
-
-
-def _spirv_roots() -> OpTable:
-    from loomcli.emit.spirv.memory import _HANDLERS
-    return _HANDLERS
-
-
-def _preparer() -> OpTable:
-    from loomcli.frontier.prepare import _HANDLERS
-    return _HANDLERS
-
-
-def _cases() -> OpTable:
-    from loomcli.check.cases import _CASE_OPS
-    return _CASE_OPS
-
-
-def _expand_math() -> OpTable:
-    from loomcli.passes.expand_math import TRANSCENDENTAL
-    return TRANSCENDENTAL
 
 
 def _spirv_roots_expected() -> set[str]:
@@ -155,18 +111,21 @@ def _spirv_roots_expected() -> set[str]:
 TABLES: list[tuple[str, Callable[[], Iterable[str]], Callable[[], set[str]]]] = [
     ("FOLDERS", _folders, folded),
     ("canonicalize PATTERNS: folding, identities, constant scf.if and trivial scf.for",
-     _patterns, lambda: folded() | {"scf.if", "scf.for"}),
+     table("loomcli.passes.canonicalize:PATTERNS"), lambda: folded() | {"scf.if", "scf.for"}),
     ("the evaluator beyond FOLDERS", lambda: set(_evaluator()) | set(_folders()), evaluated),
     ("the interpreter, with FOLDERS: every op a kernel body or device function may hold",
      lambda: set(_interpreter()) | set(_folders()), lambda: selected("reference")),
-    ("the interpreter's approximate functions", _interpreter_approximate, lambda: set(ops_with(APPROXIMATE))),
-    ("the SPIR-V selector", _spirv, lambda: selected("spirv")),
-    ("the LLVM selector (AMDGPU and NVPTX)", _llvm, lambda: selected("amdgpu") | selected("nvptx") | LLVM_UNREACHED),
-    ("the SPIR-V root analysis", _spirv_roots, _spirv_roots_expected),
+    ("the interpreter's approximate functions",
+     table("loomcli.check.interpreter:_APPROXIMATE"), lambda: set(ops_with(APPROXIMATE))),
+    ("the SPIR-V selector", table("loomcli.emit.spirv.lower:LOWER"), lambda: selected("spirv")),
+    ("the LLVM selector (AMDGPU and NVPTX)",
+     table("loomcli.emit.llvm.lower:HANDLERS"), lambda: selected("amdgpu") | selected("nvptx") | LLVM_UNREACHED),
+    ("the SPIR-V root analysis", table("loomcli.emit.spirv.memory:_HANDLERS"), _spirv_roots_expected),
     ("the frontier's preparer: a program's control flow, groups and launches (the rest is evaluated)",
-     _preparer, lambda: (within(PROGRAM) & with_regions()) | not_evaluated(PROGRAM)),
-    ("check cases: what the evaluator does not run", _cases, lambda: not_evaluated(CASE)),
-    ("expand-math: the approximate functions a target may lack", _expand_math,
+     table("loomcli.frontier.prepare:_HANDLERS"), lambda: (within(PROGRAM) & with_regions()) | not_evaluated(PROGRAM)),
+    ("check cases: what the evaluator does not run",
+     table("loomcli.check.cases:_CASE_OPS"), lambda: not_evaluated(CASE)),
+    ("expand-math: the approximate functions a target may lack", table("loomcli.passes.expand_math:TRANSCENDENTAL"),
      lambda: set(ops_with(APPROXIMATE)) - {"scalar.rsqrtf"}),  # every target has an inverse square root
 ]
 

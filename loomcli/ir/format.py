@@ -67,13 +67,6 @@ class SymKind(Directive):
         self.attr = attr
 
 
-class Keyword(Directive):
-    __slots__ = ("word",)
-
-    def __init__(self, word: str) -> None:
-        self.word = word
-
-
 class Punct(Directive):
     __slots__ = ("text",)
 

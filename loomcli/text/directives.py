@@ -72,8 +72,6 @@ def _indexed_base(op: Operation) -> int:
     return op.opdef.indexed_base
 
 
-
-
 @_syntax
 class KindSyntax(F.Kind, Syntax):
     __slots__ = ()
@@ -117,7 +115,6 @@ class KindSyntax(F.Kind, Syntax):
             pr.glue(f"<{value}>")
 
 
-
 @_syntax
 class SymKindSyntax(F.SymKind, Syntax):
     __slots__ = ()
@@ -134,19 +131,6 @@ class SymKindSyntax(F.SymKind, Syntax):
         pr.glue(angled("@" + op.attr(self.attr)))
 
 
-
-@_syntax
-class KeywordSyntax(F.Keyword, Syntax):
-    __slots__ = ()
-
-    def parse(self, p: Parser, op: Operation) -> None:
-        p.expect_word(self.word)
-
-    def print(self, pr: Printer, op: Operation) -> None:
-        pr.word(self.word)
-
-
-
 @_syntax
 class PunctSyntax(F.Punct, Syntax):
     __slots__ = ()
@@ -156,7 +140,6 @@ class PunctSyntax(F.Punct, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.word(self.text)
-
 
 
 @_syntax
@@ -183,7 +166,6 @@ class OperandsSyntax(F.Operands, Syntax):
             pr.word(", ".join([pr.value(v) for v in values]))
 
 
-
 @_syntax
 class LeadingSyntax(F.Leading, Syntax):
     __slots__ = ()
@@ -198,7 +180,6 @@ class LeadingSyntax(F.Leading, Syntax):
     def print(self, pr: Printer, op: Operation) -> None:
         text = pr.value(op.operands[0])
         pr.word(text + "," if self.sep == "," else f"{text} {self.sep}")
-
 
 
 @_syntax
@@ -217,7 +198,6 @@ class PredicateSyntax(F.Predicate, Syntax):
         pr.word(op.attr("predicate") + ",")
 
 
-
 @_syntax
 class LiteralSyntax(F.Literal, Syntax):
     __slots__ = ()
@@ -228,7 +208,6 @@ class LiteralSyntax(F.Literal, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.word(pr.literal(op.attr(self.attr)))
-
 
 
 @_syntax
@@ -262,7 +241,6 @@ class IndexedSyntax(F.Indexed, Syntax):
         dynamic = iter(op.operands[start + 1:start + 1 + template.count(None)])
         parts = [pr.value(next(dynamic)) if t is None else str(t) for t in template]
         pr.word(f"{pr.value(op.operands[start])}[{', '.join(parts)}]")
-
 
 
 @_syntax
@@ -326,7 +304,6 @@ class KwParenSyntax(F.KwParen, Syntax):
         pr.word(f"{self.word}({text})")
 
 
-
 @_syntax
 class DictSyntax(F.Dict, Syntax):
     __slots__ = ()
@@ -368,7 +345,6 @@ class DictSyntax(F.Dict, Syntax):
             pr.word(pr.dictionary(d))
 
 
-
 @_syntax
 class PredsSyntax(F.Preds, Syntax):
     __slots__ = ()
@@ -378,7 +354,6 @@ class PredsSyntax(F.Preds, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.word(pr.preds(op.attr("preds")))
-
 
 
 @_syntax
@@ -411,7 +386,6 @@ class CalleeSyntax(F.Callee, Syntax):
         pr.word(text)
 
 
-
 @_syntax
 class ParenOperandsSyntax(F.ParenOperands, Syntax):
     __slots__ = ()
@@ -430,7 +404,6 @@ class ParenOperandsSyntax(F.ParenOperands, Syntax):
     def print(self, pr: Printer, op: Operation) -> None:
         start = _workload(op)
         pr.glue("(" + ", ".join(pr.value(v) for v in op.operands[start:]) + ")")
-
 
 
 @_syntax
@@ -460,7 +433,6 @@ class PackSyntax(F.Pack, Syntax):
         pr.word("[" + ", ".join(parts) + "]")
 
 
-
 @_syntax
 class TypeSameSyntax(F.TypeSame, Syntax):
     __slots__ = ()
@@ -485,7 +457,6 @@ class TypeSameSyntax(F.TypeSame, Syntax):
         else:
             t = op.operands[F.listed_operands(op, self.operands)[0]].type
         pr.word(": " + pr.type(t))
-
 
 
 @_syntax
@@ -522,7 +493,6 @@ class TypeEachSyntax(F.TypeEach, Syntax):
             pr.word(": " + ", ".join(pr.type(op.operands[i].type) for i in which))
 
 
-
 @_syntax
 class TypeArrowSyntax(F.TypeArrow, Syntax):
     __slots__ = ()
@@ -548,7 +518,6 @@ class TypeArrowSyntax(F.TypeArrow, Syntax):
     def print(self, pr: Printer, op: Operation) -> None:
         ins = ", ".join(pr.type(op.operands[i].type) for i in self.operands)
         pr.word(f": {ins} {self.sep} {pr.type(op.results[0].type)}")
-
 
 
 @_syntax
@@ -597,7 +566,6 @@ class CallTypesSyntax(F.CallTypes, Syntax):
         pr.word(text)
 
 
-
 @_syntax
 class ResultTypesSyntax(F.ResultTypes, Syntax):
     __slots__ = ()
@@ -615,7 +583,6 @@ class ResultTypesSyntax(F.ResultTypes, Syntax):
             pr.word("-> (" + ", ".join(pr.type(r.type) for r in op.results) + ")")
 
 
-
 @_syntax
 class TypeAttrSyntax(F.TypeAttr, Syntax):
     __slots__ = ()
@@ -629,7 +596,6 @@ class TypeAttrSyntax(F.TypeAttr, Syntax):
         pr.word(": " + pr.type(op.attr("type")))
 
 
-
 @_syntax
 class RegionSyntax(F.Region, Syntax):
     __slots__ = ()
@@ -639,7 +605,6 @@ class RegionSyntax(F.Region, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.region(op, self.index)
-
 
 
 @_syntax
@@ -657,7 +622,6 @@ class ElseSyntax(F.Else, Syntax):
         if op.attr("else", None) or not pr.region_is_trivial(op.regions[1]):
             pr.word("else")
             pr.region(op, 1)
-
 
 
 @_syntax
@@ -695,7 +659,6 @@ class BindingsSyntax(F.Bindings, Syntax):
         pr.glue("(" + ", ".join(parts) + ")")
 
 
-
 @_syntax
 class ForHeaderSyntax(F.ForHeader, Syntax):
     __slots__ = ()
@@ -719,7 +682,6 @@ class ForHeaderSyntax(F.ForHeader, Syntax):
         pr.word(f"{pr.value(op.regions[0].args[0])} = [{lo} to {hi} step {step}]")
 
 
-
 @_syntax
 class DoSyntax(F.Do, Syntax):
     __slots__ = ()
@@ -737,7 +699,6 @@ class DoSyntax(F.Do, Syntax):
         else:
             pr.word("do")
         pr.region(op, 1)
-
 
 
 @_syntax
@@ -799,7 +760,6 @@ class ModifiersSyntax(F.Modifiers, Syntax):
             pr.word(f"priority({a['priority']})")
 
 
-
 @_syntax
 class SymNameSyntax(F.SymName, Syntax):
     __slots__ = ()
@@ -810,7 +770,6 @@ class SymNameSyntax(F.SymName, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.word("@" + op.attr(self.attr))
-
 
 
 @_syntax
@@ -834,7 +793,6 @@ class SigArgsSyntax(F.SigArgs, Syntax):
             pr.word(self.attr + text)
 
 
-
 @_syntax
 class SigResultsSyntax(F.SigResults, Syntax):
     __slots__ = ()
@@ -854,7 +812,6 @@ class SigResultsSyntax(F.SigResults, Syntax):
             pr.word("-> (" + ", ".join(pr.type(t) for t in results) + ")")
 
 
-
 @_syntax
 class WhereSyntax(F.Where, Syntax):
     __slots__ = ()
@@ -868,7 +825,6 @@ class WhereSyntax(F.Where, Syntax):
         where = op.attr(self.attr).where
         if where is not None:
             pr.word("where " + pr.preds(where))
-
 
 
 @_syntax
@@ -897,7 +853,6 @@ class ConfigDeclTypeSyntax(F.ConfigDeclType, Syntax):
             pr.word(f": {pr.value(subject)}: {pr.type(subject.type)} where {pr.preds(sig.where or [])}")
 
 
-
 @_syntax
 class SymbolListSyntax(F.SymbolList, Syntax):
     __slots__ = ()
@@ -916,7 +871,6 @@ class SymbolListSyntax(F.SymbolList, Syntax):
 
     def print(self, pr: Printer, op: Operation) -> None:
         pr.word("[" + ", ".join("@" + s for s in sorted(set(op.attr("symbols")))) + "]")
-
 
 
 @_syntax
