@@ -640,7 +640,7 @@ def _keyword(c: _OpCheck, d: F.Directive) -> None:
 
 
 _DIRECTIVES: dict[type, Callable[[_OpCheck, Any], None]] = {
-    F.Kind: _kind, F.SymKind: _sym_name, F.SymName: _sym_name, F.Keyword: _keyword, F.Punct: _keyword,
+    F.Kind: _kind, F.SymKind: _sym_name, F.SymName: _sym_name, F.Punct: _keyword,
     F.Operands: _operands, F.Leading: _leading, F.Predicate: _predicate, F.Literal: _literal,
     F.Indexed: _indexed, F.KwParen: _kw_paren, F.Dict: _dict, F.Preds: _preds_directive, F.Callee: _callee,
     F.ParenOperands: _paren_operands, F.Pack: _pack, F.TypeSame: _type_same, F.TypeEach: _type_each,
