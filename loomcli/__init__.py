@@ -6,8 +6,9 @@ resolve on first use, from `loomcli.api`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+TYPE_CHECKING = False  # typing (and the re, enum and functools it imports) would cost every `loom` run ~10 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,8 @@ API_NAMES = frozenset({
 
 def __getattr__(name: str) -> Any:
     if name in API_NAMES:
+        import importlib
+
         return getattr(importlib.import_module("loomcli.api"), name)
     raise AttributeError(f"module 'loomcli' has no attribute {name!r}")
 

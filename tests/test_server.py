@@ -295,6 +295,33 @@ def test_what_stays_in_process(loom: Loom, tmp_path: Path) -> None:
     assert b"0 compiled, 0 cached, 6 up to date" in r.stdout
 
 
+CLIENT_PROBE = """\
+import os, sys
+before = set(sys.modules)
+from loomcli import entry
+from loomcli.runtime import served, spawn
+from loomcli.service import fingerprint
+fingerprint.server_key()
+served.stream_tokens()
+spawn.inherited_fds(os.environ)
+served.connect(served.folder(os.environ), "none")
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_client_imports_almost_nothing(tmp_path: Path) -> None:
+    """What a served command loads before it hands its command line over: loom's client modules
+    and three small ones of Python's; typing, re, enum, json or click would cost it more than its
+    whole work. (-S: this machine's site hooks must not preload what loom would import.)"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_RUNTIME_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-S", "-c", CLIENT_PROBE], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.split())
+    assert "loomcli.runtime.served" in loaded
+    assert {m for m in loaded if not m.startswith("loomcli")} <= {"__future__", "_blake2", "_socket"}, loaded
+
+
 # ---------------------------------------------------------------- clients that go away, signals, crashes
 
 
