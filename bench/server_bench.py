@@ -14,12 +14,20 @@ their ratios are printed. `before` is loom in its own process
 loom runs through a console-script launcher, as an installed loom does;
 the anchors come from scripts/install-bench-deps.sh. Bytecode is cached
 (PYTHONDONTWRITEBYTECODE unset), as in a user's install.
+
+Beside each wall-clock median is the median CPU time (user + system) of
+the whole process tree: the command's own (`RUSAGE_CHILDREN`) plus, for a
+served one, what its child in the server used (the server's reaped
+children, from /proc). A shared machine disturbs CPU time much less than
+wall time; quote both.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,30 +47,50 @@ CLANG = ["clang-19", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"
          "-nogpulib"]
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+Times = tuple[float, float]  # (wall seconds, CPU seconds)
+SERVERS: list[int] = []       # the pid of the server the `after` variants use
+
+
+def served_cpu() -> float:
+    """CPU seconds the server's ended children (the served commands) have used."""
+    total = 0.0
+    for pid in SERVERS:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
+    return total
+
+
+def cpu_now() -> float:
+    own = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + served_cpu()
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> Times:
+    c = cpu_now()
     t = time.perf_counter()
     r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = time.perf_counter() - t
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, argv[:5]))} ... failed: {r.stderr.decode()[-1500:]}")
-    return dt
+    return dt, cpu_now() - c
 
 
-def paired(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """Median seconds of each variant over `rounds` rounds, the order rotating each round."""
+def paired(variants: dict[str, Callable[[], Times]], rounds: int) -> dict[str, Times]:
+    """Median (wall, CPU) seconds of each variant over `rounds` rounds, the order rotating each round."""
     names = list(variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, list[Times]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             times[n].append(variants[n]())
-    return {n: statistics.median(t) for n, t in times.items()}
+    return {n: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for n, t in times.items()}
 
 
-def report(title: str, med: dict[str, float], anchor: str) -> None:
-    print(f"\n{title}")
-    for name, t in med.items():
-        ratio = f"{t / med[anchor]:6.2f}x {anchor}" if name != anchor else ""
-        print(f"  {name:28s} {t * 1e3:9.1f} ms  {ratio}")
+def report(title: str, med: dict[str, Times], anchor: str) -> None:
+    print(f"\n{title} (load average {os.getloadavg()[0]:.1f})")
+    print(f"  {'':28s} {'wall':>9s}             {'CPU':>9s}")
+    for name, (wall, cpu) in med.items():
+        ratios = (f"{wall / med[anchor][0]:5.2f}x", f"{cpu / med[anchor][1]:5.2f}x") if name != anchor else ("", "")
+        print(f"  {name:28s} {wall * 1e3:9.1f} ms {ratios[0]:>6s}  {cpu * 1e3:9.1f} ms {ratios[1]:>6s}")
 
 
 def main() -> None:
@@ -92,12 +120,17 @@ def main() -> None:
         off = dict(base, LOOM_SERVER="off")
         on = dict(base)
         subprocess.run([str(launcher), "server", "start"], env=on, check=True)
+        status = subprocess.run([str(launcher), "server", "status", "--json"], env=on, check=True,
+                                capture_output=True, text=True)
+        SERVERS.append(int(json.loads(status.stdout)["pid"]))
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the start")
         try:
             loom = str(launcher)
             if "hsaco" in rows or "spv" in rows:
                 saxpy = str(ROOT / "samples" / "saxpy.loom")
                 py = paired({"python -c pass": lambda: run([args.python, "-c", "pass"], folder, off)}, args.repeat)
-                print(f"{args.python} -c pass: {py['python -c pass'] * 1e3:.1f} ms (the interpreter's floor here)")
+                print(f"{args.python} -c pass: {py['python -c pass'][0] * 1e3:.1f} ms, "
+                      f"CPU {py['python -c pass'][1] * 1e3:.1f} ms (the interpreter's floor here)")
             if "hsaco" in rows:
                 hs = [loom, "compile", saxpy, "--target", "amdgpu:gfx1100", "-o", "s.hsaco"]
                 med = paired({"clang-19": lambda: run([*CLANG, str(BENCH / "saxpy.cl"), "-o", "c.hsaco"], folder, off),
@@ -148,8 +181,8 @@ def cmake_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
                         f"-DLOOM_EXECUTABLE={loom}", *extra], env=off, check=True, stdout=subprocess.DEVNULL)
         builds[name] = b
 
-    def build(name: str, env: dict[str, str]) -> Callable[[], float]:
-        def go() -> float:
+    def build(name: str, env: dict[str, str]) -> Callable[[], Times]:
+        def go() -> Times:
             subprocess.run(["cmake", "--build", str(builds[name]), "--target", "clean"], env=env, check=True,
                            stdout=subprocess.DEVNULL)
             return run(["cmake", "--build", str(builds[name]), "-j2"], folder, env)
@@ -164,13 +197,13 @@ def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
     project, cl = generate(folder / "gen", 200, 50)
     out = project / "build"
 
-    def loom_build(jobs: int, env: dict[str, str]) -> Callable[[], float]:
-        def go() -> float:
+    def loom_build(jobs: int, env: dict[str, str]) -> Callable[[], Times]:
+        def go() -> Times:
             shutil.rmtree(out, ignore_errors=True)
             return run([loom, "build", "-q", "-j", str(jobs), str(project)], folder, env)
         return go
 
-    def make() -> float:
+    def make() -> Times:
         for f in cl.glob("*.hsaco"):
             f.unlink()
         return run(["make", "-j2", "-s"], cl, off)
@@ -180,8 +213,9 @@ def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
                   "loom build -j1 after": loom_build(1, on)}, rounds)
     report("200 kernels, cold, one target", med, "make -j2 + clang-19")
     for when in ("before", "after"):
-        j1, j2 = med[f"loom build -j1 {when}"], med[f"loom build -j2 {when}"]
-        print(f"  {when}: make/loom -j2 {med['make -j2 + clang-19'] / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x")
+        j1, j2 = med[f"loom build -j1 {when}"][0], med[f"loom build -j2 {when}"][0]
+        make = med["make -j2 + clang-19"][0]
+        print(f"  {when}: make/loom -j2 {make / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x (wall)")
 
 
 if __name__ == "__main__":

@@ -322,6 +322,18 @@ def test_the_client_imports_almost_nothing(tmp_path: Path) -> None:
     assert {m for m in loaded if not m.startswith("loomcli")} <= {"__future__", "_blake2", "_socket"}, loaded
 
 
+def test_the_template_rehearsal_compiles_for_each_generator() -> None:
+    """What the template compiles before its first fork (`loomcli.commands.server.rehearse`) must
+    really compile for every generator, or it warms nothing; and it leaves no thread behind (a
+    fork copies only the thread that forks)."""
+    probe = ("import threading\nfrom loomcli.commands import server\n"
+             "print(' '.join(server.rehearse()), threading.active_count())")
+    r = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["spirv:vulkan1.3", "amdgpu:gfx1100", "nvptx:sm_80", "1"]
+
+
 # ---------------------------------------------------------------- clients that go away, signals, crashes
 
 

@@ -248,5 +248,48 @@ def prepare(group: Any) -> None:
         except ImportError:
             continue
         usable.append(name)
+    rehearse()
     template.prepare(usable)
     sys.stdout.flush()
+
+
+# A small kernel the template compiles once for one profile of each code generator (`rehearse`).
+REHEARSAL = b"""\
+kernel.def export("k") @k(%n: index) {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%n: index, %a: f32, %x: buffer) {
+  %zero = index.constant 0 : offset
+  %i = kernel.workitem.dispatch.id<x> : index
+  %v = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %xi = view.load %v[%i] : view<[%n]xf32> -> f32
+  %r = scalar.mulf %a, %xi : f32
+  view.store %r, %v[%i] : f32, view<[%n]xf32>
+  kernel.return
+}
+"""
+REHEARSED = ("spirv:vulkan1.3", "amdgpu:gfx1100", "nvptx:sm_80")
+
+
+def rehearse() -> list[str]:
+    """Compile `REHEARSAL` for each of `REHEARSED` through the compile entry
+    point, here, and throw the results away: what a first compile builds
+    lazily (LLVM's target machine, pass pipeline and code generator state,
+    loom's own caches) is then the template's, shared by every child instead
+    of built again by each (a few milliseconds of every .hsaco request; other
+    chips still make their own target machine, about 2 ms). LLVM runs in this
+    process, as in every child. A generator that cannot run here (llvmlite
+    missing, say) is left to the commands to report. The targets that compiled."""
+    from loomcli.emit import NATIVE_FORMAT
+    from loomcli.runtime.isolated import become_worker
+    from loomcli.service.compile import compile_request
+    from loomcli.service.request import CompileRequest
+
+    become_worker()
+    compiled = []
+    for target in REHEARSED:
+        outcome = compile_request(CompileRequest(module=REHEARSAL, target=target, launch_config=True, manifest=True,
+                                                 format=NATIVE_FORMAT[target.split(":")[0]], path="<rehearsal>"))
+        if outcome.status == "ok":
+            compiled.append(target)
+    return compiled
