@@ -82,6 +82,7 @@ class Server:
         self.children: dict[int, Connection] = {}      # by pidfd
         self.orphans: dict[int, Orphan] = {}           # by pidfd
         self.spare: Spare | None = None               # the next request's child, forked ahead
+        self.refill = False                            # fork a spare once nothing else waits
         self.stopping = False
         self.last = time.monotonic()
         self.poller = select.poll()
@@ -117,7 +118,13 @@ class Server:
         try:
             while not (self.stopping and not self.children):
                 try:
-                    events = self.poller.poll(self._timeout())
+                    events = self.poller.poll(0 if self.refill else self._timeout())
+                    if not events and self.refill:
+                        # Nothing waits (a child's end, a request): fork the next spare now. Forking
+                        # the whole template costs milliseconds, and no reply waits for it.
+                        self.refill = False
+                        self._refill()
+                        continue
                 except _Stop:
                     self._stop()
                     continue
@@ -285,7 +292,7 @@ class Server:
             self.requests += 1
             conn.sock.sendall(served.frame(b"A", 0))
             self._signals(conn)
-            self._refill()
+            self.refill = True
         else:
             raise Refused("unknown or untimely operation")
 
