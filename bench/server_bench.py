@@ -1,11 +1,12 @@
 """The resident server's figures (issue: warm compiles inside CMake and make): paired medians, not a test.
 
-    python bench/server_bench.py [--repeat N] [--rows hsaco,spv,cmake,build]
+    python bench/server_bench.py [--repeat N] [--rows hsaco,spv,cmake,build] [--sides before,after]
 
 Each round runs every variant of a row once, in a rotating order, so a
 machine shared with other work slows all of them alike; the medians and
 their ratios are printed. `before` is loom in its own process
-(LOOM_SERVER=off), `after` is loom served by a warm server.
+(LOOM_SERVER=off), `after` is loom served by a warm server; `--sides after`
+leaves the own-process runs out (the anchors always run).
   hsaco   one kernel -> .hsaco, the whole process   vs clang-19 -x cl (bench/saxpy.cl)
   spv     one kernel -> .spv, the whole process     vs glslc (bench/saxpy.comp)
   cmake   CMake + Ninja -j2, 100 loom_add_kernels sets of one kernel, cache off
@@ -49,6 +50,13 @@ CLANG = ["clang-19", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"
 
 Times = tuple[float, float]  # (wall seconds, CPU seconds)
 SERVERS: list[int] = []       # the pid of the server the `after` variants use
+SIDES = {"before", "after"}   # which loom variants run (--sides)
+
+
+def sides(variants: dict[str, Callable[[], Times]]) -> dict[str, Callable[[], Times]]:
+    """`variants` without the loom sides --sides leaves out (a loom variant's name says its side)."""
+    return {n: v for n, v in variants.items()
+            if not n.startswith("loom") or any(side in n.split() for side in SIDES)}
 
 
 def served_cpu() -> float:
@@ -97,10 +105,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--rows", default="hsaco,spv,cmake,build")
+    ap.add_argument("--sides", default="before,after", help="The loom variants: before (own process), after (served).")
     ap.add_argument("--python", default=sys.executable,
                     help="The interpreter loom runs on (a venv without this machine's site hooks, say).")
     args = ap.parse_args()
     rows = set(args.rows.split(","))
+    SIDES.intersection_update(args.sides.split(","))
     import compileall
 
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -133,16 +143,18 @@ def main() -> None:
                       f"CPU {py['python -c pass'][1] * 1e3:.1f} ms (the interpreter's floor here)")
             if "hsaco" in rows:
                 hs = [loom, "compile", saxpy, "--target", "amdgpu:gfx1100", "-o", "s.hsaco"]
-                med = paired({"clang-19": lambda: run([*CLANG, str(BENCH / "saxpy.cl"), "-o", "c.hsaco"], folder, off),
-                              "loom before (own process)": lambda: run(hs, folder, off),
-                              "loom after (warm server)": lambda: run(hs, folder, on)}, args.repeat)
+                med = paired(sides({
+                    "clang-19": lambda: run([*CLANG, str(BENCH / "saxpy.cl"), "-o", "c.hsaco"], folder, off),
+                    "loom before (own process)": lambda: run(hs, folder, off),
+                    "loom after (warm server)": lambda: run(hs, folder, on)}), args.repeat)
                 report("one kernel -> .hsaco, whole process", med, "clang-19")
             if "spv" in rows:
                 sp = [loom, "compile", saxpy, "--target", "spirv:vulkan1.3", "-o", "s.spv"]
-                med = paired({"glslc": lambda: run(["glslc", "--target-env=vulkan1.3", str(BENCH / "saxpy.comp"),
-                                                    "-o", "g.spv"], folder, off),
-                              "loom before (own process)": lambda: run(sp, folder, off),
-                              "loom after (warm server)": lambda: run(sp, folder, on)}, args.repeat)
+                med = paired(sides({
+                    "glslc": lambda: run(["glslc", "--target-env=vulkan1.3", str(BENCH / "saxpy.comp"), "-o", "g.spv"],
+                                         folder, off),
+                    "loom before (own process)": lambda: run(sp, folder, off),
+                    "loom after (warm server)": lambda: run(sp, folder, on)}), args.repeat)
                 report("one kernel -> .spv, whole process", med, "glslc")
             if "cmake" in rows:
                 cmake_row(folder, loom, on, off, args.repeat)
@@ -188,8 +200,8 @@ def cmake_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
             return run(["cmake", "--build", str(builds[name]), "-j2"], folder, env)
         return go
 
-    med = paired({"clang-19 (add_custom_command)": build("clang", off), "loom before (own processes)":
-                  build("before", off), "loom after (warm server)": build("after", on)}, rounds)
+    med = paired(sides({"clang-19 (add_custom_command)": build("clang", off), "loom before (own processes)":
+                        build("before", off), "loom after (warm server)": build("after", on)}), rounds)
     report("CMake + Ninja -j2, 100 sets of one kernel, cache off", med, "clang-19 (add_custom_command)")
 
 
@@ -208,11 +220,11 @@ def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
             f.unlink()
         return run(["make", "-j2", "-s"], cl, off)
 
-    med = paired({"make -j2 + clang-19": make, "loom build -j2 before": loom_build(2, off),
-                  "loom build -j2 after": loom_build(2, on), "loom build -j1 before": loom_build(1, off),
-                  "loom build -j1 after": loom_build(1, on)}, rounds)
+    med = paired(sides({"make -j2 + clang-19": make, "loom build -j2 before": loom_build(2, off),
+                        "loom build -j2 after": loom_build(2, on), "loom build -j1 before": loom_build(1, off),
+                        "loom build -j1 after": loom_build(1, on)}), rounds)
     report("200 kernels, cold, one target", med, "make -j2 + clang-19")
-    for when in ("before", "after"):
+    for when in sorted(SIDES, reverse=True):
         j1, j2 = med[f"loom build -j1 {when}"][0], med[f"loom build -j2 {when}"][0]
         make = med["make -j2 + clang-19"][0]
         print(f"  {when}: make/loom -j2 {make / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x (wall)")
