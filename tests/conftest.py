@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from loomcli.check.vulkan import VulkanRunner
+    from loomcli.diagnostics import Diagnostic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -61,3 +67,30 @@ def _no_resident_server():
     subprocess.run([sys.executable, "-m", "loomcli", "server", "stop", "--all"], env=env, capture_output=True,
                    timeout=120)
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+class Collect:
+    """A `loomcli.check.session.Reporter` that keeps what a test session reports."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.diags: list[Diagnostic] = []
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+    def diagnostics(self, diags: list[Diagnostic]) -> None:
+        self.diags.extend(diags)
+
+
+@pytest.fixture(scope="module")
+def vulkan_runner() -> Iterator[VulkanRunner]:
+    """One Vulkan device for a test module; skips, with the reason, where none opens."""
+    from loomcli.check.vulkan import VulkanRunner, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no Vulkan device: {reason}")
+    r = VulkanRunner()
+    yield r
+    r.close()

@@ -9,7 +9,6 @@ import os
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,8 @@ def spv(name: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Iterator[VulkanRunner]:
-    if REASON is not None:
-        pytest.skip(f"no Vulkan device: {REASON}")
-    r = VulkanRunner()
-    yield r
-    r.close()
+def runner(vulkan_runner: VulkanRunner) -> VulkanRunner:
+    return vulkan_runner
 
 
 def loom(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

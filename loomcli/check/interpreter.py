@@ -70,10 +70,11 @@ AXES = {"x": 0, "y": 1, "z": 2}
 class OutOfBounds(EvaluationError):
     """An access outside its view or root (EXEC/001)."""
 
-    def __init__(self, view: str, indices: Sequence[int]) -> None:
+    def __init__(self, view: str, indices: Sequence[int], extents: Sequence[int] = ()) -> None:
         super().__init__(f"{view}[{', '.join(map(str, indices))}]")
         self.view = view
         self.indices = ", ".join(map(str, indices))
+        self.extents = ", ".join(map(str, extents))
 
 
 class ExecFailure(Exception):
@@ -113,12 +114,19 @@ class View:
         pos = 0
         for i, e, s in zip(idx, self.extents, self.strides):
             if not 0 <= i < e:
-                raise OutOfBounds(self.name, idx)
+                raise OutOfBounds(self.name, idx, self.extents)
             pos += i * s
         at = self.base + pos * self.size
         if at < 0 or at + self.size > len(self.root.data) or self.base % self.size:
-            raise OutOfBounds(self.name, idx)
+            raise OutOfBounds(self.name, idx, self.extents)
         return at
+
+
+def check_window(name: str, origin: Sequence[int], extents: Sequence[int], parent: Sequence[int]) -> None:
+    """A subview's window must lie in its parent view (OutOfBounds, at the origin)."""
+    for i, e, se in zip(origin, extents, parent):
+        if i < 0 or i + e > se:
+            raise OutOfBounds(name, origin, parent)
 
 
 def _codec(elem: ScalarType) -> tuple[Callable[[bytearray, int], Any], Callable[[bytearray, int, Any], None]]:
@@ -415,7 +423,7 @@ class Interpreter:
             except ExecFailure:
                 raise
             except EvaluationError as e:
-                raise _exec_failure(op, e) from None
+                raise exec_failure(op, e) from None
             if res:
                 for r, v in zip(res, out):
                     env[r] = v
@@ -433,7 +441,7 @@ class Interpreter:
             except ExecFailure:
                 raise
             except EvaluationError as e:
-                raise _exec_failure(op, e) from None
+                raise exec_failure(op, e) from None
             if res:
                 for r, v in zip(res, out):
                     env[r] = v
@@ -628,9 +636,7 @@ def _subview(it: Interpreter, op: Operation) -> tuple[Any, bool]:
         v: View = env[src]
         o = origin(env)
         ext = dims(env)
-        for i, e, se in zip(o, ext, v.extents):
-            if i < 0 or i + e > se:
-                raise OutOfBounds(v.name, o)
+        check_window(v.name, o, ext, v.extents)
         base = v.base + sum(i * s for i, s in zip(o, v.strides)) * v.size
         return [View(v.root, base, ext, v.strides, v.elem, name)]
     return run, False
@@ -1027,7 +1033,7 @@ class InterpreterLauncher:
         try:
             self.interpreter.run_kernel(kernel, device, groups, size)
         except ExecFailure as e:
-            raise SampleFailure(Diagnostic.make(e.code, self.path, e.op.loc, **e.fields)) from None
+            raise SampleFailure(exec_diagnostic(e, self.path, callee)) from None
         except RecursionError:
             raise SampleFailure(Diagnostic.make("EXEC/002", self.path, op.loc,
                                                 why="call depth exceeded in the interpreter")) from None
@@ -1049,10 +1055,17 @@ class InterpreterLauncher:
         return counts, sizes
 
 
-def _exec_failure(op: Operation, e: EvaluationError) -> ExecFailure:
+def exec_diagnostic(failure: ExecFailure, path: str, kernel: str) -> Diagnostic:
+    """The diagnostic a launch of `kernel` (its symbol) fails its sample with
+    on an EXEC failure: the interpreter's, and an instrumented device run's
+    (loomcli.check.faults)."""
+    return Diagnostic.make(failure.code, path, failure.op.loc, kernel=kernel, **failure.fields)
+
+
+def exec_failure(op: Operation, e: EvaluationError) -> ExecFailure:
     """An evaluation error of `op` as the EXEC diagnostic it stands for."""
     if isinstance(e, OutOfBounds):
-        return ExecFailure("EXEC/001", op, {"view": e.view, "indices": e.indices})
+        return ExecFailure("EXEC/001", op, {"view": e.view, "indices": e.indices, "extents": e.extents})
     if isinstance(e, UndefinedBehavior):
         return ExecFailure("EXEC/002", op, {"why": str(e)})
     return ExecFailure("EXEC/002", op, {"why": f"cannot run {op.name}: {e}"})
@@ -1067,4 +1080,5 @@ def build_launcher(path: str, module_roots: list[str], profile: Profile) -> Inte
     return InterpreterLauncher(compiled.module, profile, path)
 
 
-__all__ = ["CompileError", "Interpreter", "InterpreterLauncher", "OutOfBounds", "Root", "View", "build_launcher"]
+__all__ = ["CompileError", "ExecFailure", "Interpreter", "InterpreterLauncher", "OutOfBounds", "Root", "View",
+           "build_launcher", "check_window", "exec_diagnostic", "exec_failure"]

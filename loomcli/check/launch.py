@@ -17,9 +17,10 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.check.cases import SampleFailure, Tensor
+from loomcli.check.faults import fault_diagnostic, status_buffer
 from loomcli.check.vulkan import Buffer, DeviceError, Pipeline, VulkanRunner
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.core import Module, Operation
@@ -28,6 +29,9 @@ from loomcli.launch.program import LaunchFunction, LaunchProgram
 from loomcli.semantics.fold import float_bits, pattern, signed
 from loomcli.targets.abi import KernelABI, Param, export_name, exported_kernels, kernel_abi
 from loomcli.targets.profiles import Profile
+
+if TYPE_CHECKING:
+    from loomcli.passes.instrument import KernelProbe
 
 # Benchmarks: at least this many timed runs, more while under the time budget.
 BENCH_MIN_RUNS, BENCH_MAX_RUNS, BENCH_BUDGET_S = 5, 200, 0.5
@@ -47,13 +51,18 @@ class Program:
     spirv: bytes
     launches: LaunchProgram
     kernels: dict[str, KernelEntry]     # by kernel symbol
+    # Instrumented kernels (loomcli.passes.instrument), by symbol: each takes a
+    # status buffer after the case's arguments. Empty: plain kernels (benchmarks).
+    probes: dict[str, KernelProbe] = field(default_factory=dict)
 
     @classmethod
     def build(cls, module: Module, profile: Profile, spirv: bytes,
-              manifest: Sequence[dict[str, Any]] = (), *, target_checked: bool = False) -> Program:
+              manifest: Sequence[dict[str, Any]] = (), *, target_checked: bool = False,
+              probes: dict[str, KernelProbe] | None = None) -> Program:
         """`module` compiled for `profile`; `spirv` and `manifest` (the artifact's
         kernel entries) emitted from it; `target_checked`: emitted through the
-        gateway, which ran the TARGET checks. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
+        gateway, which ran the TARGET checks; `probes`: what `instrument` made
+        of `module`'s kernels. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
         from loomcli.emit.launch_config import launch_module
 
         launches = LaunchProgram(launch_module(module, profile, target_checked=target_checked))
@@ -64,7 +73,7 @@ class Program:
             fn = launches.lookup(entry)
             required = by_export.get(entry, {}).get("required_subgroup_size") or fn.subgroup_size or None
             kernels[op.attr("sym")] = KernelEntry(kernel_abi(op, "spirv"), fn, required)
-        return cls(spirv, launches, kernels)
+        return cls(spirv, launches, kernels, probes or {})
 
 
 def pack_push_constants(abi: KernelABI, values: Sequence[Any]) -> bytes:
@@ -127,8 +136,14 @@ class VulkanLauncher:
         # One device buffer per distinct tensor, in order of first use.
         owned: dict[int, tuple[Tensor, Buffer]] = {}
         bound: list[Buffer] = []
+        probe = self.program.probes.get(callee)
+        status: Buffer | None = None
         try:
             for param in abi.buffers:
+                if probe is not None and param.index == probe.status_arg:
+                    status = self.runner.buffer(probe.status_bytes)
+                    bound.append(status)
+                    continue
                 tensor = args[param.index]
                 if not isinstance(tensor, Tensor):
                     raise SampleFailure(Diagnostic.make("EXEC/002", self.path, op.loc,
@@ -138,6 +153,8 @@ class VulkanLauncher:
                     buf.write(tensor.data)
                     owned[id(tensor)] = (tensor, buf)
                 bound.append(owned[id(tensor)][1])
+            if probe is not None and status is not None:
+                status.write(status_buffer(probe, [args[i].nbytes for i in probe.buffer_args]))
             push = pack_push_constants(abi, args)
             if self.timings is None:
                 self.runner.dispatch(pipeline, bound, push, groups)
@@ -145,9 +162,15 @@ class VulkanLauncher:
                 self.timings.append(self._time(pipeline, bound, push, groups, callee))
             for tensor, buf in owned.values():
                 tensor.data[:] = buf.read(tensor.nbytes)
+            if probe is not None and status is not None:
+                fault = fault_diagnostic(probe, status.read(probe.status_bytes), self.path)
+                if fault is not None:
+                    raise SampleFailure(fault)
         finally:
             for _, buf in owned.values():
                 self.runner.release(buf)
+            if status is not None:
+                self.runner.release(status)
 
     def _time(self, pipeline: Pipeline, bound: list[Buffer], push: bytes, groups: tuple[int, int, int],
               callee: str) -> Timing:

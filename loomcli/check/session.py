@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from loomcli.check.vulkan import VulkanRunner
     from loomcli.diagnostics import Diagnostic
     from loomcli.ir.core import Module, Operation
+    from loomcli.passes.instrument import KernelProbe
     from loomcli.targets.profiles import Profile
 
 
@@ -82,8 +83,11 @@ class FileCases:
     module: Module
     cases: list[Operation]
     failed_cases: set[str] = field(default_factory=set)
-    program: Program | None = None      # None: the cases launch no kernel
+    program: Program | None = None      # None: the cases launch no kernel; else instrumented (17.37)
     interpreter: InterpreterLauncher | None = None     # --device interpreter: the compiled kernels
+    benchmarked: bool = False           # some selected benchmark times this file's kernels
+    plain: Module | None = None         # the compiled kernels before instrumentation, for benchmarks
+    bench_program: Program | None = None    # `plain`, emitted when the first benchmark runs
 
 
 class Session:
@@ -97,6 +101,7 @@ class Session:
         self.profile = profile
         self.reporter = reporter
         self.quiet = quiet
+        self.loaded: list[FileCases] = []   # the files of the last run, for inspection
         self.passed = 0
         self.failed = 0
         self.errors = 0
@@ -105,7 +110,7 @@ class Session:
         from loomcli.diagnostics import CompileError
         from loomcli.frontend import display_path, load_module
 
-        loaded: list[FileCases] = []
+        self.loaded = loaded = []
         for path in paths:
             try:
                 module = load_module(path)
@@ -121,6 +126,8 @@ class Session:
         if missing and not self.errors:
             raise UsageError(f"no check.case @{missing[0]} in {', '.join(paths)}")
         benches = self._benchmarks(loaded, bench)
+        for f, _ in benches:
+            f.benchmarked = True
         for f in loaded:
             self._run_file(f)
         for f, mark in benches:
@@ -157,11 +164,15 @@ class Session:
 
         if self.runner is None:
             return f.interpreter
+        if timings is not None and f.plain is not None:
+            # 17.38: benchmarks time the kernels as built, not instrumented.
+            if f.bench_program is None:
+                f.bench_program = self._emit(f.plain, {})
+            return VulkanLauncher(self.runner, f.bench_program, f.path, timings)
         return None if f.program is None else VulkanLauncher(self.runner, f.program, f.path, timings)
 
     def _program(self, f: FileCases) -> Program | None:
         """Compile and emit the kernels `f`'s cases launch (None if they launch none)."""
-        from loomcli.check.launch import Program
         from loomcli.service.front import CompileOptions, compile_module
 
         roots = sorted({"@" + op.attr("callee") for case in f.cases for op in case.regions[0].walk_ops()
@@ -179,10 +190,21 @@ class Session:
             f.interpreter = InterpreterLauncher(compiled.module, self.profile, f.path,
                                                 self.max_steps or DEFAULT_MAX_STEPS)
             return None
+        from loomcli.ir.clone import clone_module
+        from loomcli.passes.instrument import instrument
+
+        if f.benchmarked:
+            f.plain = clone_module(compiled.module)
+        probes = instrument(compiled.module, self.profile)   # a test build only (17.37)
+        return self._emit(compiled.module, probes)
+
+    def _emit(self, module: Module, probes: dict[str, KernelProbe]) -> Program:
+        from loomcli.check.launch import Program
         from loomcli.emit.artifacts import emit
 
-        artifact = emit(compiled.module, self.profile, "spirv-binary")  # the gateway: TARGET checks run here
-        return Program.build(compiled.module, self.profile, artifact.data, artifact.kernels, target_checked=True)
+        artifact = emit(module, self.profile, "spirv-binary")  # the gateway: TARGET checks run here
+        return Program.build(module, self.profile, artifact.data, artifact.kernels, target_checked=True,
+                             probes=probes)
 
     def _report_sample(self, result: SampleResult) -> None:
         self._report(result.case, result.sample.label(), result.passed, result.diagnostics)

@@ -43,7 +43,7 @@ def legalize(module: Module, profile: Profile) -> Module:
     costs more than the passes' look."""
     if not profile.legalize:
         return module
-    from loomcli.ir.clone import clone_op
+    from loomcli.ir.clone import clone_module
     from loomcli.passes.pipeline import parse_pipeline
     from loomcli.passes.registry import PassContext
 
@@ -51,9 +51,7 @@ def legalize(module: Module, profile: Profile) -> Module:
     ctx = PassContext(target=profile)
     if not any(p.applies(module, ctx) for p in pipeline.passes):
         return module
-    lowered = Module(module.path)
-    for op in module.ops:
-        lowered.body.append(clone_op(op))
+    lowered = clone_module(module)
     pipeline.run(lowered, ctx)
     return lowered
 

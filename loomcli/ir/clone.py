@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from loomcli.ir.attrs import Pred
-from loomcli.ir.core import BlockArgument, LocalName, Operation, Region, Signature, Value
+from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Region, Signature, Value
 from loomcli.ir.types import ShapedType, Type
 
 
@@ -90,6 +90,14 @@ def clone_op(op: Operation, mapping: dict[Value, Value] | None = None, namer: Re
         mapping[res] = new.add_result(remap_type(res.type, mapping), namer.fresh(res.name) if namer else res.name,
                                       res.loc)
     return new
+
+
+def clone_module(module: Module) -> Module:
+    """A deep copy of `module`, for a stage that rewrites it while the original stays in use."""
+    copy = Module(module.path)
+    for op in module.ops:
+        copy.body.append(clone_op(op))
+    return copy
 
 
 def clone_args(src: Region, dst: Region, mapping: dict[Value, Value], namer: Renamer | None = None) -> None:

@@ -488,6 +488,8 @@ op("check.benchmark", SymKind("case"), SymName(), Dict(), rule="benchmark", cont
 # Rows that code names one at a time (`op.opdef is KERNEL_DEF`): a misspelled
 # name fails at import, where a string comparison would be silently false.
 BUFFER_ALLOCA = OPS["buffer.alloca"]
+BUFFER_ASSUME_NOALIAS = OPS["buffer.assume.noalias"]
+BUFFER_VIEW = OPS["buffer.view"]
 CHECK_BENCHMARK = OPS["check.benchmark"]
 CHECK_CASE = OPS["check.case"]
 CHECK_EXPECT_CLOSE = OPS["check.expect.close"]
@@ -532,7 +534,10 @@ TEMPLATE_APPLY = OPS["template.apply"]
 TEMPLATE_CALL = OPS["template.call"]
 TEMPLATE_DEF = OPS["template.def"]
 VECTOR_FMAF = OPS["vector.fmaf"]
+VECTOR_LOAD = OPS["vector.load"]
+VECTOR_STORE = OPS["vector.store"]
 VIEW_ATOMIC_RMW = OPS["view.atomic.rmw"]
+VIEW_SUBVIEW = OPS["view.subview"]
 
 # The scalar literals: what folding and evaluation start from.
 CONSTANT_OPS = ("index.constant", "scalar.constant")
