@@ -69,6 +69,7 @@ CODES: dict[str, str] = {
     "EXEC/002": "undefined behaviour: {why}",
     "EXEC/003": "step budget exhausted: the launch ran more than {n} operations (loom test --max-steps)",
     "CHECK/001": "at {position}: actual {a}, expected {e}",
+    "CHECK/002": "data file `{path}`: {why}",
 }
 
 

@@ -11,6 +11,7 @@ user sees. A finding is any run that ends in an internal error (exit 3 with
 whose canonical text does not parse back to the same text.
 
     python3 scripts/fuzz_hostile.py --count 2000 --seed 1
+    python3 scripts/fuzz_hostile.py --npy --count 100000   # the .npy reader of check.generate.file
 
 The test suite runs a small, fixed-seed slice of this (tests/test_hostile.py).
 """
@@ -293,12 +294,74 @@ def fuzz(count: int, seed: int, commands=COMMANDS, deadline: float | None = None
     return tally
 
 
+# .npy check data (loomcli.check.npy): seeds of every element type and version.
+NPY_HEADERS = ["{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+               "{'descr': '|b1', 'fortran_order': False, 'shape': (6,), }",
+               "{'descr': '<i8', 'fortran_order': True, 'shape': (3, 2), }",
+               "{'descr': '<u2', 'fortran_order': False, 'shape': (), }"]
+NPY_SPLICES = [b"'", b'"', b"(", b")", b"{", b"}", b",", b":", b"True", b"False", b"\\", b"\x00", b"\xff",
+               b"99999999999999999999", b"-1", b"__import__('os')", b"'descr'", b"'shape'", b"[('a', '<f4')]",
+               b"(" * 500, b"\n", "é".encode()]
+
+
+def npy_seed(header: str, version: int, payload_bytes: int) -> bytes:
+    width = 2 if version == 1 else 4
+    raw = header.encode() + b"\n"
+    return (b"\x93NUMPY" + bytes((version, 0)) + len(raw).to_bytes(width, "little") + raw
+            + bytes(range(256)) * (payload_bytes // 256) + bytes(payload_bytes % 256))
+
+
+def mutate_npy(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        choice = rng.random()
+        at = rng.randrange(len(b) + 1)
+        if choice < 0.3 and b:
+            b[min(at, len(b) - 1)] = rng.randrange(256)
+        elif choice < 0.5:
+            del b[at:at + rng.randint(1, 16)]
+        elif choice < 0.8:
+            b[at:at] = rng.choice(NPY_SPLICES)
+        else:
+            b[8:10] = rng.randrange(1 << 16).to_bytes(2, "little")   # the header length
+    return bytes(b)
+
+
+def fuzz_npy(count: int, seed: int) -> list[str]:
+    """Mutated .npy files through the reader, for every element type and a
+    few shapes: each must read or be refused with a DataFileError; anything
+    else is a finding (its repr)."""
+    from loomcli.check.npy import DTYPES, DataFileError, parse_npy
+
+    rng = random.Random(seed)
+    seeds = [npy_seed(h, v, n) for h in NPY_HEADERS for v in (1, 2, 3) for n in (0, 6, 24, 48)]
+    shapes = [(2, 3), (6,), (3, 2), (), (0,), (1 << 40, 1 << 40)]
+    findings = []
+    for _ in range(count):
+        data = mutate_npy(rng, rng.choice(seeds))
+        elem, shape = rng.choice(sorted(DTYPES)), rng.choice(shapes)
+        try:
+            parse_npy(data, elem, shape)
+        except DataFileError:
+            pass
+        except Exception as e:  # any other exception is what the fuzzer looks for
+            findings.append(f"{type(e).__name__}: {e} on {elem} {shape}: {data[:120]!r}")
+    return findings
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=300, help="mutants to try (default 300)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show", type=int, default=10, help="findings to print in full")
+    ap.add_argument("--npy", action="store_true", help="fuzz the .npy reader of check.generate.file instead")
     args = ap.parse_args()
+    if args.npy:
+        found = fuzz_npy(args.count, args.seed)
+        print(f"npy inputs {args.count}, findings {len(found)}")
+        for line in found[: args.show]:
+            print("  " + line)
+        return 1 if found else 0
     os.environ.setdefault("LOOM_DEBUG", "0")
     start = time.monotonic()
     tally = fuzz(args.count, args.seed)

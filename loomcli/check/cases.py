@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -325,6 +326,22 @@ class CaseRunner(Evaluator):
         t = op.results[0].type
         return [iota(t.elem, self._tensor_shape(op, env), op.attr("offset"), op.attr("step"))]
 
+    def _file(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
+        """`check.generate.file`: a NumPy `.npy` file, relative to the folder of
+        the file that holds the case (17.39), read when the sample runs."""
+        from loomcli.check.npy import DataFileError, read_npy
+
+        t = op.results[0].type
+        shape = self._tensor_shape(op, env)
+        written: str = op.attr("path")
+        home = getattr(op.loc, "file", None) or self.path
+        path = os.path.join(os.path.dirname(home), written)
+        try:
+            data = read_npy(path, t.elem.name, shape)
+        except DataFileError as e:
+            raise SampleFailure(self._diag("CHECK/002", op.loc_of("path"), path=written, why=str(e))) from None
+        return [Tensor(t.elem, shape, data)]
+
     def _launch(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
         if self.launcher is None:
             raise SampleFailure(self._diag("EXEC/002", op.loc, why="no device to launch kernels on"))
@@ -359,6 +376,7 @@ _CASE_OPS: OpTable[Callable[[CaseRunner, Operation, dict[Value, Any]], list[Any]
     "check.literal": CaseRunner._literal,
     "check.generate.fill": CaseRunner._fill,
     "check.generate.iota": CaseRunner._iota,
+    "check.generate.file": CaseRunner._file,
     "check.expect.equal": CaseRunner._expect,
     "check.expect.close": CaseRunner._expect,
     "kernel.launch": CaseRunner._launch,

@@ -474,6 +474,8 @@ op("check.generate.fill", KwParen("value", "lit"), TypeSame(operands=[]), rule="
 op("check.generate.iota", KwParen("offset", "lit"), KwParen("step", "lit"), TypeSame(operands=[]),
    rule="check_iota", contexts=_CASE,
    results=_RESULT, example="%t = check.generate.iota offset(1.0) step(0.5) : tensor<4x[%n]xf32>")
+op("check.generate.file", KwParen("path", "str"), TypeSame(operands=[]), rule="check_file", contexts=_CASE,
+   results=_RESULT, example="%t = check.generate.file path(\"data/x.npy\") : tensor<[%n]xf32>")
 op("check.expect.equal", KwParen("actual", "operand"), KwParen("expected", "operand"), TypeSame(result=False),
    rule="check_expect", contexts=_CASE, operands=("actual", "expected"),
    example="check.expect.equal actual(%y) expected(%w) : tensor<[%n]xf32>")

@@ -419,6 +419,10 @@ class TypeRules(VerifierBase):
         if self.result(op, is_tensor, "a tensor type"):
             self.literal(op, "value", op.result().type)
 
+    def rule_check_file(self, op: Operation) -> None:
+        if self.result(op, is_tensor, "a tensor type") and not op._attrs.get("path"):
+            self.error("TYPE/003", op.loc_of("path"), what="check.generate.file", why="the path is empty")
+
     def rule_check_iota(self, op: Operation) -> None:
         t = op.result().type if op.results else ERROR
         if self.result(op, is_tensor, "a tensor type") and is_tensor(t):
