@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "server": "loomcli.commands.server:server",
     "targets": "loomcli.commands.targets:targets",
     "test": "loomcli.commands.test:test",
+    "worker": "loomcli.commands.worker:worker",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -66,6 +67,7 @@ SUMMARIES = {
     "server": "The resident compile service: start, status, stop (LOOM_SERVER=auto|off).",
     "targets": "List the target profiles and their limits.",
     "test": "Run check cases on a Vulkan device and report per case and sample.",
+    "worker": "Bazel's persistent worker (--persistent_worker); `loom worker @PARAMS` runs one command line.",
 }
 
 

@@ -33,6 +33,14 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
 
 def _run(args: list[str]) -> Any:
+    if args[:1] == ["worker"]:  # a Bazel action: its bytes depend on its inputs, Bazel schedules it
+        import os
+
+        os.environ.update(LOOM_CACHE="0", LOOM_JOBS="1")
+        if len(args) == 2 and args[1].startswith("@"):
+            from loomcli.runtime.action import prepare
+
+            args = prepare(_params_file(args[1][1:]))
     if args[:1] == ["build"]:
         from loomcli.build.noop import check
 
@@ -48,6 +56,24 @@ def _run(args: list[str]) -> Any:
     from loomcli.cli import main as cli_main
 
     return cli_main(args)
+
+
+def _params_file(path: str) -> list[str]:
+    """The command line a Bazel action runs as `loom worker @PATH` when no
+    persistent worker serves it: PATH holds one argument per line (Bazel's
+    "multiline" params file), as the worker's request would carry them."""
+    import os
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        print(f"loom: error: {path}: {e.strerror}", file=sys.stderr)
+        sys.exit(1)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [os.fsdecode(line) for line in lines]
 
 
 # The commands this user's resident server runs when there is one (TOOLCHAIN.md section 12).

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from loomcli.runtime import spawn
-from loomcli.runtime.isolated import become_worker
+from loomcli.runtime.isolated import become_worker, die_with_parent
 
 # Signals the requester may forward to its command; blocked across the fork
 # so that one sent at once reaches the child's own handlers, not the template's.
@@ -150,6 +150,7 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> in
             except (OSError, ValueError):
                 pass
     old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    template = os.getpid()
     pid = os.fork()
     if pid:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -157,7 +158,7 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> in
     code: object = 3
     try:
         taken = request()
-        _become(taken, old)
+        _become(taken, old, template)
         try:
             code = run(list(taken.argv))
         except SystemExit as e:
@@ -200,8 +201,11 @@ def end(code: object) -> NoReturn:
 # ---------------------------------------------------------------- the child's start
 
 
-def _become(request: Request, mask: Any) -> None:
-    """Turn this fresh fork into the requester's process (see the module docstring)."""
+def _become(request: Request, mask: Any, template: int) -> None:
+    """Turn this fresh fork into the requester's process (see the module docstring).
+    It dies with the template (`template`: its pid): a command nobody can
+    answer for any more must not go on writing outputs."""
+    die_with_parent(template)
     if isinstance(request.cwd, int):
         os.fchdir(request.cwd)
     else:
