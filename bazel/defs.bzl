@@ -1,9 +1,10 @@
-"""Bazel rules for Loom GPU kernel programs: loom_library, loom_kernels, loom_command, loom_package.
+"""Bazel rules for Loom GPU kernel programs: loom_library, loom_kernels, loom_command, loom_package, loom_test.
 
-Every rule runs `loom` through one helper (`_run_loom`) with declared inputs
-only, `LOOM_CACHE=0 LOOM_JOBS=1` (no private cache, one worker: the bytes
-depend on the inputs alone), and every output declared, so the actions are
-cacheable and can run remotely. The tool comes from the
+Every rule runs `loom` with declared inputs only, `LOOM_CACHE=0 LOOM_JOBS=1`
+(no private cache, one worker: the bytes depend on the inputs alone), and
+every output declared, so the actions are cacheable and can run remotely.
+Compile, link and frontier actions go through `_run_loom`: `loom worker
+@PARAMS`, which a persistent worker serves where Bazel runs one. The tool comes from the
 `@loom_rules//:toolchain` flag: by default the host's loom that
 loom_register_toolchains() found, named by its path (not hermetic: a remote
 worker needs the same loom there; see repositories.bzl and docs/bazel.md).
@@ -14,6 +15,7 @@ LoomToolchainInfo = provider(
     fields = {
         "loom": "FilesToRunProvider of the loom executable (built for the exec configuration)",
         "executable": "File: the loom executable",
+        "runfiles": "runfiles the executable needs when a test runs it (none for a plain file)",
     },
 )
 
@@ -50,11 +52,53 @@ LoomPackageInfo = provider(
 
 _EXTENSIONS = {"amdgpu": "hsaco", "nvptx": "ptx", "spirv": "spv"}
 
-# Run loom with no private cache and one worker; `$1` is the loom executable.
-_COMMAND = 'LOOM_CACHE=0 LOOM_JOBS=1 exec "$@"'
+# Every action but the package runs `loom worker @PARAMS`: a persistent worker may serve it
+# (`loom worker --persistent_worker`, one worker key for all three mnemonics: the same warm workers
+# serve them all), else Bazel runs that command line as a process of its own. Either way `loom
+# worker` runs it with no private cache and one job (LOOM_CACHE=0 LOOM_JOBS=1), after making the
+# folders its outputs go in (`--mkdir`: a remote executor need not make them).
+# Bazel speaks the JSON protocol by default from 5.1; the rules offer workers by default where
+# Bazel has an API of 6.0 (`config_common.toolchain_type`: Debian's builds report no version),
+# and on request before (--@loom_rules//:persistent_workers=on, with Bazel 4.2's
+# --experimental_worker_allow_json_protocol).
+_JSON_WORKERS_BY_DEFAULT = hasattr(config_common, "toolchain_type")  # as _NO_TOOLCHAIN's gate
+_WORKER_REQUIREMENTS = {
+    "supports-workers": "1",
+    "requires-worker-protocol": "json",
+    "worker-key-mnemonic": "Loom",
+}
 
-# Every action first makes the folders its outputs go in: its arguments start with those folders,
-# then `--`. Bazel makes them for local actions, but a remote worker need not: REAPI 2.0 clients
+# Multiplex where it is safe: each request runs in a child of its own (a fork of the warm
+# worker), so one worker serves several actions at once, and in the request's sandbox folder
+# under --experimental_worker_multiplex_sandboxing. Only from Bazel 6 (the rules' gate): Bazel
+# 4.2's multiplexer reads protobuf responses only.
+_MULTIPLEX_REQUIREMENTS = {
+    "supports-workers": "1",  # with --noworker_multiplex
+    "supports-multiplex-workers": "1",
+    "supports-worker-cancellation": "1",  # with --experimental_worker_cancellation: a cancel ends its child
+    "supports-multiplex-sandboxing": "1",
+    "requires-worker-protocol": "json",
+    "worker-key-mnemonic": "Loom",
+}
+
+LoomWorkersInfo = provider(
+    doc = "Whether the rules' actions offer themselves to persistent workers.",
+    fields = {"mode": "string: auto (by default where Bazel speaks JSON to workers), on or off"},
+)
+
+def _persistent_workers_impl(ctx):
+    if ctx.build_setting_value not in ("auto", "on", "off"):
+        fail("--@loom_rules//:persistent_workers={}: write auto, on or off".format(ctx.build_setting_value))
+    return [LoomWorkersInfo(mode = ctx.build_setting_value)]
+
+loom_persistent_workers = rule(
+    implementation = _persistent_workers_impl,
+    build_setting = config.string(flag = True),
+    doc = "The --@loom_rules//:persistent_workers flag: auto, on or off.",
+)
+
+# The package action first makes the folder its output goes in: its arguments start with that folder,
+# then `--` (the others do it in `loom worker --mkdir`, see _action_args). Bazel makes them for local actions, but a remote worker need not: REAPI 2.0 clients
 # (Bazel before 6) send output_files, and buildbox makes parent folders only for REAPI 2.1's
 # output_paths, so loom's `-o bazel-out/.../x.spv` would find no folder there.
 _MAKE_FOLDERS = 'while [ "$1" != -- ]; do mkdir -p "$1"; shift; done; shift\n'
@@ -65,7 +109,8 @@ _MAKE_FOLDERS = 'while [ "$1" != -- ]; do mkdir -p "$1"; shift; done; shift\n'
 _NO_TOOLCHAIN = {"toolchain": None} if hasattr(config_common, "toolchain_type") else {}
 
 def _loom_toolchain_impl(ctx):
-    return [LoomToolchainInfo(loom = ctx.attr.loom[DefaultInfo].files_to_run, executable = ctx.executable.loom)]
+    info = ctx.attr.loom[DefaultInfo]
+    return [LoomToolchainInfo(loom = info.files_to_run, executable = ctx.executable.loom, runfiles = info.default_runfiles)]
 
 loom_toolchain = rule(
     implementation = _loom_toolchain_impl,
@@ -83,22 +128,34 @@ loom_toolchain = rule(
 
 _TOOLCHAIN_ATTR = {
     "_toolchain": attr.label(default = Label("//:toolchain"), providers = [LoomToolchainInfo]),
+    "_workers": attr.label(default = Label("//:persistent_workers"), providers = [LoomWorkersInfo]),
 }
 
-def _run_loom(ctx, mnemonic, message, args, inputs, outputs, command = _COMMAND):
+def _action_args(ctx, outputs):
+    """A loom action's arguments, to which the caller adds its command line: first the folders its
+    `outputs` go in (see _WORKER_REQUIREMENTS); _run_loom puts them all in one params file."""
+    args = ctx.actions.args()
+    args.add_all(sorted({(out.path if out.is_directory else out.dirname): None for out in outputs}.keys()),
+                 before_each = "--mkdir")
+    return args
+
+def _run_loom(ctx, mnemonic, message, args, inputs, outputs):
+    """Run `loom worker @PARAMS` (`args`, from _action_args) as a worker action where workers are on."""
     toolchain = ctx.attr._toolchain[LoomToolchainInfo]
-    prefix = ctx.actions.args()
-    prefix.add_all(sorted({(out.path if out.is_directory else out.dirname): None for out in outputs}.keys()))
-    prefix.add("--")
-    prefix.add(toolchain.executable)
-    ctx.actions.run_shell(
-        command = _MAKE_FOLDERS + command,
-        arguments = [prefix, args],
+    mode = ctx.attr._workers[LoomWorkersInfo].mode
+    requirements = {}
+    if mode == "on" or (mode == "auto" and _JSON_WORKERS_BY_DEFAULT):
+        requirements = _MULTIPLEX_REQUIREMENTS if _JSON_WORKERS_BY_DEFAULT else _WORKER_REQUIREMENTS
+    args.use_param_file("@%s", use_always = True)
+    args.set_param_file_format("multiline")
+    ctx.actions.run(
+        executable = toolchain.loom,
+        arguments = ["worker", args],
         inputs = inputs,
         outputs = outputs,
-        tools = [toolchain.loom],
         mnemonic = mnemonic,
         progress_message = message,
+        execution_requirements = requirements,
         # PATH and every --action_env reach loom (e.g. a virtualenv); the rest of the client env does not.
         use_default_shell_env = True,
         **_NO_TOOLCHAIN
@@ -117,9 +174,11 @@ def _libraries(ctx):
     return [dep[LoomLibraryInfo].bytecode for dep in ctx.attr.deps]
 
 def _add_common(args, ctx, libraries):
+    # `--root=@run`, not `--root @run`: Bazel 4.2's worker runner reads every argument of a params
+    # file that starts with `@` as another params file (a root or spec is written `@name`).
     args.add_all(libraries, before_each = "--library")
-    args.add_all(ctx.attr.roots, before_each = "--root")
-    args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.config.items())], before_each = "--config")
+    args.add_all(ctx.attr.roots, format_each = "--root=%s")
+    args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.config.items())], format_each = "--config=%s")
 
 def _module(ctx, libraries):
     """The module a kernel set or command compiles: its only source, or its sources merged.
@@ -129,7 +188,7 @@ def _module(ctx, libraries):
     if len(ctx.files.srcs) == 1:
         return ctx.files.srcs[0], libraries
     merged = ctx.actions.declare_file("_loom/{}/{}.loombc".format(ctx.label.name, ctx.label.name))
-    args = ctx.actions.args()
+    args = _action_args(ctx, [merged])
     args.add("link")
     args.add_all(ctx.files.srcs)
     args.add_all(libraries, before_each = "--library")
@@ -140,7 +199,7 @@ def _module(ctx, libraries):
 def _loom_library_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".loombc")
     libraries = _libraries(ctx)
-    args = ctx.actions.args()
+    args = _action_args(ctx, [out])
     args.add("link")
     args.add_all(ctx.files.srcs)
     args.add_all(libraries, before_each = "--library")
@@ -168,12 +227,12 @@ def _loom_kernels_impl(ctx):
         binary = ctx.actions.declare_file("{}.{}".format(stem, ext))
         launch = ctx.actions.declare_file(stem + ".launch.loombc")
         manifest = ctx.actions.declare_file(stem + ".manifest.json")
-        args = ctx.actions.args()
+        args = _action_args(ctx, [binary, launch, manifest])
         args.add_all(["compile", module, "--target", target, "-o", binary])
         args.add_all(["--emit-launch-config", launch, "--manifest", manifest])
         _add_common(args, ctx, libraries)
         if ctx.attr.pipeline:
-            args.add("--pipeline", ctx.attr.pipeline)
+            args.add(ctx.attr.pipeline, format = "--pipeline=%s")
         _run_loom(ctx, "LoomCompile", "Compiling {} for {}".format(ctx.label, target), args, [module] + libraries,
                   [binary, launch, manifest])
         artifacts[target] = struct(binary = binary, launch_config = launch, manifest = manifest)
@@ -206,11 +265,11 @@ def _loom_command_impl(ctx):
             folder = ctx.actions.declare_directory("{}.{}".format(ctx.label.name, tag))
         else:
             folder = ctx.actions.declare_directory(ctx.label.name + ".frontier")
-        args = ctx.actions.args()
+        args = _action_args(ctx, [folder])
         # -q: the per-program summary line is for people; an action says nothing unless it fails or warns.
         args.add_all(["frontier", module, "--out-dir", folder.path, "-q"])
         _add_common(args, ctx, libraries)
-        args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.specs.items())], before_each = "--spec")
+        args.add_all(["{}={}".format(k, v) for k, v in sorted(ctx.attr.specs.items())], format_each = "--spec=%s")
         if target:
             args.add_all(["--target", target, "--compile", "-j", "1"])
         message = "Building command product {}{}".format(ctx.label, " for " + target if target else "")
@@ -280,8 +339,23 @@ def _loom_package_impl(ctx):
             fail("loom_package: {} is not under {}, the folder of loom.toml".format(f.short_path, folder))
         args.add(f)
         args.add(rel)
-    _run_loom(ctx, "LoomPackage", "Packaging {}".format(ctx.label), args, ctx.files.srcs, [out],
-              command = _PACKAGE_COMMAND)
+    # A shell script of its own (it copies the project into a scratch folder first), so never a worker's.
+    toolchain = ctx.attr._toolchain[LoomToolchainInfo]
+    prefix = ctx.actions.args()
+    prefix.add(out.dirname)
+    prefix.add("--")
+    prefix.add(toolchain.executable)
+    ctx.actions.run_shell(
+        command = _MAKE_FOLDERS + _PACKAGE_COMMAND,
+        arguments = [prefix, args],
+        inputs = ctx.files.srcs,
+        outputs = [out],
+        tools = [toolchain.loom],
+        mnemonic = "LoomPackage",
+        progress_message = "Packaging {}".format(ctx.label),
+        use_default_shell_env = True,
+        **_NO_TOOLCHAIN
+    )
     return [DefaultInfo(files = depset([out])), LoomPackageInfo(package = out)]
 
 loom_package = rule(
@@ -293,4 +367,76 @@ loom_package = rule(
         version = attr.string(mandatory = True, doc = "The project's version, as loom.toml's [project] says."),
     ),
     doc = "A release package (`loom build --package`): `<name>-<version>.loompkg.tar.gz`.",
+)
+
+def _shell_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+# The test runs from its runfiles (the workspace's folder in them), where every path below is the
+# file's short path. No private cache and no resident server: a test's result depends on its inputs.
+_TEST_SCRIPT = """#!/bin/sh
+LOOM_CACHE=0 LOOM_SERVER=off exec {command} "$@"
+"""
+
+def _loom_test_impl(ctx):
+    toolchain = ctx.attr._toolchain[LoomToolchainInfo]
+    libraries = [dep[LoomLibraryInfo] for dep in ctx.attr.deps]
+    argv = [toolchain.executable.short_path, "test"]
+    argv += [src.short_path for src in ctx.files.srcs]
+    for library in libraries:
+        argv += ["--library", "{}={}".format(library.key, library.bytecode.short_path)]
+    for key, value in sorted(ctx.attr.config.items()):
+        argv += ["--config", "{}={}".format(key, value)]
+    for config_file in ctx.files.config_files:
+        argv += ["--config-file", config_file.short_path]
+    for case in ctx.attr.cases:
+        argv += ["--case", case]
+    argv += ["--device", ctx.attr.device]
+    if ctx.attr.target:
+        argv += ["--target", ctx.attr.target]
+    script = ctx.actions.declare_file(ctx.label.name + ".loom_test.sh")
+    ctx.actions.write(script, _TEST_SCRIPT.format(command = " ".join([_shell_quote(a) for a in argv])),
+                      is_executable = True)
+    files = ctx.files.srcs + ctx.files.config_files + [lib.bytecode for lib in libraries] + [toolchain.executable]
+    runfiles = ctx.runfiles(files = files)
+    if toolchain.runfiles:
+        runfiles = runfiles.merge(toolchain.runfiles)
+    return [DefaultInfo(executable = script, runfiles = runfiles)]
+
+loom_test = rule(
+    implementation = _loom_test_impl,
+    test = True,
+    attrs = dict(
+        _TOOLCHAIN_ATTR,
+        srcs = attr.label_list(allow_files = [".loom", ".loombc"], mandatory = True,
+                               doc = "Files whose check cases run (`loom test FILE...`), each on its own."),
+        deps = _DEPS,
+        config = attr.string_dict(doc = "Config bindings, key -> value text (`--config key=value`)."),
+        config_files = attr.label_list(allow_files = [".json", ".toml", ".loom"],
+                                       doc = "Config files (`--config-file`), later ones win."),
+        cases = attr.string_list(doc = "Only these cases (`--case @name`); default: every one."),
+        device = attr.string(default = "auto", values = ["auto", "vulkan", "interpreter"],
+                             doc = "Where kernels run: auto (a Vulkan device, else the interpreter), vulkan, interpreter."),
+        target = attr.string(doc = "Target profile (`--target`); default: loom test's for the device."),
+    ),
+    doc = "`bazel test` of a kernel file's check cases: `loom test` with the libraries and config of a loom_kernels.",
+)
+
+# Offline Bazel (no network: Debian's bazel-bootstrap) cannot fetch @remote_coverage_tools, which every
+# test rule names through --coverage_report_generator and --coverage_output_generator. Pointing both at
+# //:no_coverage (docs/bazel.md) lets `bazel test` run a loom_test there; `bazel coverage` then fails.
+_NO_COVERAGE = """#!/bin/sh
+echo "loom_rules: no coverage tools here (--coverage_report_generator=@loom_rules//:no_coverage)" >&2
+exit 1
+"""
+
+def _no_coverage_impl(ctx):
+    script = ctx.actions.declare_file(ctx.label.name + ".sh")
+    ctx.actions.write(script, _NO_COVERAGE, is_executable = True)
+    return [DefaultInfo(executable = script, files = depset([script]))]
+
+loom_no_coverage = rule(
+    implementation = _no_coverage_impl,
+    executable = True,
+    doc = "A stand-in for Bazel's coverage tools where they cannot be fetched (see docs/bazel.md).",
 )

@@ -144,7 +144,7 @@ def test_bazel_examples_build_incrementally_and_share_a_remote_cache(
         assert sorted(frontier) == [f"LoomFrontier commands/{folder}" for folder in COMMAND_PRODUCTS]
         for folder in COMMAND_PRODUCTS:
             spawn = frontier[f"LoomFrontier commands/{folder}"]
-            [source, wrapper] = sorted(i["path"] for i in spawn["inputs"])
+            [source, wrapper] = sorted(i["path"] for i in spawn["inputs"] if not i["path"].endswith(".params"))
             assert source == "commands/frontier.loom"
             assert re.fullmatch(r"external/[^/]*loom_host/loom", wrapper), wrapper
             assert [o.rpartition("/bin/")[2] for o in spawn["listedOutputs"]] == [f"commands/{folder}"]
@@ -204,3 +204,28 @@ def test_docs_loom_package_example_is_the_one_the_examples_build() -> None:
     assert "glob(" not in example
     for package in ("kernels", "lib"):
         assert 'exports_files(glob(["*.loom"]))' in (ROOT / "bazel" / "examples" / package / "BUILD").read_text()
+
+
+@pytest.mark.parametrize(("version", "form"), [("4.2.3", "workspace"), ("7.7.1", "bzlmod")])
+def test_loom_test_runs_check_cases_under_bazel_test(version: str, form: str, bazels: Bazels,
+                                                     loom_under_test: Path, tmp_path: Path) -> None:
+    """`bazel test //kernels:scale_test` (loom_test) runs scale.loom's check case with the library and
+    the config binding of the `scale` set (without either the case cannot resolve), reports per
+    sample in the test log, and fails when the case does."""
+    with Workspace(bazels[version], tmp_path, loom_under_test, form) as bazel:
+        passed = bazel.run("test", *bazel.flags, "--test_output=errors", "//kernels:scale_test")
+        assert "//kernels:scale_test" in passed.stderr + passed.stdout
+        log = bazel.info("bazel-testlogs") / "kernels" / "scale_test" / "test.log"
+        text = log.read_text()
+        for n in (1, 256, 1000):
+            assert f"PASS @scale_case [n={n}]" in text, text
+        assert "1 passed, 0 failed" in text, text
+
+        source = bazel.examples / "kernels" / "scale.loom"
+        wrong = source.read_text().replace("offset(0.0) step(1.5)", "offset(0.0) step(2.5)")
+        assert wrong != source.read_text()
+        source.write_text(wrong)
+        failed = bazel.run("test", *bazel.flags, "--test_output=errors", "//kernels:scale_test", check=False)
+        assert failed.returncode == 3, failed.stderr[-3000:]  # Bazel's "tests failed"
+        text = log.read_text()
+        assert "FAIL @scale_case" in text and "0 passed, 1 failed" in text, text

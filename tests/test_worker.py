@@ -20,47 +20,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from task_hooks import worker_compile_hook
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker forks: Linux only")
 
-HOOK = '''
-import os, sys
+HOOK = worker_compile_hook('''\
+import os, time
 
-if "--persistent_worker" in sys.orig_argv:
-    class _Finder:
-        def find_spec(self, name, path, target=None):
-            if name != "loomcli.service.compile":
-                return None
-            sys.meta_path.remove(self)
-            import importlib.util
-            spec = importlib.util.find_spec(name)
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                inner = module.compile_request
-
-                def compile_request(request):
-                    name = os.path.basename(request.path or "")
-                    if name == "crash.loom":
-                        os.abort()
-                    if name == "block.loom":
-                        open("blocked", "w").close()
-                        import time
-                        while True:
-                            time.sleep(0.05)
-                    return inner(request)
-
-                module.compile_request = compile_request
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    sys.meta_path.insert(0, _Finder())
-'''
+def _wrap(inner):
+    def compile_request(request):
+        name = os.path.basename(request.path or "")
+        if name == "crash.loom":
+            os.abort()
+        if name == "block.loom":
+            open("blocked", "w").close()
+            while True:
+                time.sleep(0.05)
+        return inner(request)
+    return compile_request
+''')
 
 
 class Worker:
