@@ -216,6 +216,18 @@ def test_what_is_not_a_request_stream_ends_the_worker(worker: Worker) -> None:
     assert b"between requests" in worker.proc.stderr.read()
 
 
+def test_a_request_id_already_running_ends_the_worker(worker: Worker) -> None:
+    """Two requests under one id could not be told apart: the first is still answered."""
+    request = json.dumps({"arguments": ACTIONS["compile spv"], "requestId": 5}).encode()
+    assert worker.proc.stdin is not None
+    worker.proc.stdin.write(request + request + b"\n")  # the second arrives while the first compiles
+    worker.proc.stdin.flush()
+    assert worker.answer() == {"exitCode": 0, "output": "", "requestId": 5}
+    assert worker.close() != 0
+    assert worker.proc.stderr is not None
+    assert b"request 5 is already running" in worker.proc.stderr.read()
+
+
 def test_worker_needs_the_flag_or_a_params_file(env: dict[str, str], tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "loomcli", "worker"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "--persistent_worker" in r.stderr

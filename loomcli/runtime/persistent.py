@@ -149,6 +149,8 @@ class PersistentWorker:
                 job.cancelled = True
                 os.kill(job.pid, signal.SIGTERM)  # unreaped: the pid is still this child's
             return
+        if request_id in self.jobs:
+            raise ProtocolError(f"request {request_id} is already running")
         sandbox = message.get("sandboxDir") or "."
         read, write = os.pipe()
         try:
