@@ -93,6 +93,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--bazel-version", default="4.2.3")
+    ap.add_argument("--flags", default="", help="more Bazel flags for both sides, e.g. --flags=--noworker_multiplex")
     ap.add_argument("--inside", metavar="DIR", help=argparse.SUPPRESS)  # running in the chroot, in DIR
     ns = ap.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -121,10 +122,14 @@ def bench(bazel_binary: Bazel, tmp: Path, ns: argparse.Namespace) -> None:
         flags += ["--lockfile_mode=off", "--noenable_bzlmod", "--enable_workspace"]
     else:
         flags.append("--experimental_worker_allow_json_protocol")
+    flags += ns.flags.split()
 
     def bazel(*args: str) -> str:
         argv, env = bazel_binary.command([*startup, *args], ws, {"LOOM_BIN": str(loom)})
-        return subprocess.run(argv, cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
+        proc = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"bazel {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        return proc.stdout
 
     sides = {"workers off": "--@loom_rules//:persistent_workers=off",
              "workers": "--@loom_rules//:persistent_workers=on"}
@@ -145,7 +150,7 @@ def bench(bazel_binary: Bazel, tmp: Path, ns: argparse.Namespace) -> None:
     restarted = int(bazel("info", *flags, "server_pid").strip()) != server
     bazel("shutdown")
     print(f"{TARGETS} loom_kernels targets x 2 targets, clean build, {ns.repeat} paired rounds "
-          f"(Bazel {ns.bazel_version}), medians")
+          f"(Bazel {ns.bazel_version}{' ' + ns.flags if ns.flags else ''}), medians")
     print("  rounds (wall s, CPU s):", {name: list(zip([round(t, 2) for t in times[name]],
                                                        [round(c, 2) for c in cpu[name]], strict=True))
                                         for name in sides})
