@@ -70,8 +70,8 @@ _WORKER_REQUIREMENTS = {
 
 # Multiplex where it is safe: each request runs in a child of its own (a fork of the warm
 # worker), so one worker serves several actions at once, and in the request's sandbox folder
-# under --experimental_worker_multiplex_sandboxing. Only from Bazel 6 (the rules' gate): Bazel
-# 4.2's multiplexer reads protobuf responses only.
+# under --experimental_worker_multiplex_sandboxing. Only from Bazel 6 (the rules' gate, tested on
+# 7.7.1); before, plain workers (tested on 4.2.3, whose JSON multiplexing is not).
 _MULTIPLEX_REQUIREMENTS = {
     "supports-workers": "1",  # with --noworker_multiplex
     "supports-multiplex-workers": "1",
