@@ -34,24 +34,27 @@ WORKER_FLAGS = {
 # The actions the rules offer to workers (the package's is a shell script of its own).
 WORKER_MNEMONICS = {"LoomCompile", "LoomLink", "LoomFrontier"}
 
-# In a worker process only: every compile leaves `ran-<worker pid>`; the first one (of any worker,
-# once per hook folder) writes "<worker pid>" to `held`, then waits until the worker is killed.
+# In a worker's request only (not the worker's own warm-up): every compile leaves `ran-<worker pid>`;
+# the first one (of any worker, once per hook folder) writes "<worker pid>" to `held`, then waits
+# until the worker is killed.
 HOOK = worker_compile_hook('''\
 import os, time
+
+_WORKER = os.getpid()  # the worker process; its requests run in children forked from it
 
 def _wrap(inner):
     def compile_request(request):
         folder = os.environ.get("LOOM_TEST_HOOK_DIR")
-        if not folder:
+        if not folder or os.getpid() == _WORKER:  # the worker's own warm-up compiles
             return inner(request)
-        open(os.path.join(folder, f"ran-{os.getppid()}"), "w").close()
+        open(os.path.join(folder, f"ran-{_WORKER}"), "w").close()
         held = os.path.join(folder, "held")
         try:  # the claim stays, so only the first compile of all is held
             os.close(os.open(held + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return inner(request)
         with open(held + ".tmp", "w") as f:
-            f.write(str(os.getppid()))
+            f.write(str(_WORKER))
         os.rename(held + ".tmp", held)
         while True:
             time.sleep(0.05)
