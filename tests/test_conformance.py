@@ -1,10 +1,12 @@
 """The conformance suite (tests/conformance/): at least 60 kernels whose
-check cases run on the reference interpreter and on Vulkan (lavapipe in CI).
+check cases run on the reference interpreter, on the cpu device (the LLVM
+lowering, natively) and on Vulkan (lavapipe in CI).
 
 All files run in one `loom test` process per device. Every case must pass
-on both, except the `ub_` cases, which execute undefined behaviour: the
-interpreter must trap them (EXEC/002) and Vulkan must run them (any
-result). Where a driver legitimately differs from the exact result, the
+on each, except the `ub_` cases, which execute undefined behaviour: the
+interpreter must trap them (EXEC/002), and Vulkan and the cpu device must
+run them (any result; the cpu's division trap fails the sample with
+EXEC/002). Where a driver legitimately differs from the exact result, the
 case itself accepts both results and says why (gen_fma_*: unfused Fma).
 The `gen_` files come from tests/conformance/generate.py, which computes
 the expected values from its own model of the language.
@@ -74,7 +76,7 @@ def test_generated_files_are_current(tmp_path: Path) -> None:
         assert (SUITE / f"gen_{name}.loom").read_text() == kernel.render(title, notes, name), name
 
 
-DEVICES = ["interpreter", pytest.param("vulkan", marks=pytest.mark.skipif(
+DEVICES = ["interpreter", "cpu", pytest.param("vulkan", marks=pytest.mark.skipif(
     VULKAN is not None, reason=f"no Vulkan device: {VULKAN}"))]
 
 

@@ -182,7 +182,7 @@ def test_a_kernels_set_can_be_what_a_test_set_links(project: Path) -> None:
     (('libraries = ["grid"]', 'libraries = ["nope"]'),
      "loom.toml:15: [[test]] 'unit': key `libraries`: no [[library]] or [[kernels]] named 'nope'"),
     (('devices = ["interpreter"]', 'devices = ["gpu"]'),
-     "loom.toml:17: [[test]] 'unit': key `devices`: 'gpu' is not a device (auto, vulkan, interpreter)"),
+     "loom.toml:17: [[test]] 'unit': key `devices`: 'gpu' is not a device (auto, vulkan, cpu, interpreter)"),
     (('srcs = ["copy.loom"]', 'srcs = ["none/*.loom"]'), "loom.toml:14: [[test]] 'unit': key `srcs`:"),
     (('config = { "vecops.group" = 64 }', 'config = 3'), "loom.toml:16: [[test]] 'unit': key `config`:"),
     (('name = "unit"', 'name = "unit"\nflavour = 1'), "loom.toml:14: [[test]] #1: unknown key `flavour`"),

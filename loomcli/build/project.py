@@ -63,7 +63,7 @@ class TestSet:
     devices: tuple[str, ...] = ("auto",)
 
 
-TEST_DEVICES = ("auto", "vulkan", "interpreter")
+TEST_DEVICES = ("auto", "vulkan", "cpu", "interpreter")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""`kernel.launch` of a check case on a Vulkan device.
+"""`kernel.launch` of a check case on a device: Vulkan here, the cpu device
+in `loomcli.check.cpu`.
 
-A `Program` is one input's launched kernels compiled for a SPIR-V profile and
-emitted once. `VulkanLauncher` runs a launch the way LANGUAGE.md section 13
+A `Program` is one input's launched kernels compiled for a device profile
+(SPIR-V, cpu) and emitted once. `VulkanLauncher` runs a launch the way LANGUAGE.md section 13
 and the device ABI of TOOLCHAIN.md section 8 say: check the workload
 predicates, evaluate the launch configuration on the workload values, copy
 each distinct tensor argument into one storage buffer (binding = ordinal
@@ -42,13 +43,14 @@ class KernelEntry:
     abi: KernelABI
     launch: LaunchFunction
     required_subgroup_size: int | None
+    manifest: dict[str, Any] = field(default_factory=dict)   # the artifact's entry for the kernel
 
 
 @dataclass
 class Program:
-    """The kernels one input launches, compiled and emitted for one SPIR-V profile."""
+    """The kernels one input launches, compiled and emitted for one device profile."""
 
-    spirv: bytes
+    code: bytes                         # the artifact: SPIR-V words, a cpu object
     launches: LaunchProgram
     kernels: dict[str, KernelEntry]     # by kernel symbol
     # Instrumented kernels (loomcli.passes.instrument), by symbol: each takes a
@@ -56,10 +58,10 @@ class Program:
     probes: dict[str, KernelProbe] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, module: Module, profile: Profile, spirv: bytes,
+    def build(cls, module: Module, profile: Profile, code: bytes,
               manifest: Sequence[dict[str, Any]] = (), *, target_checked: bool = False,
               probes: dict[str, KernelProbe] | None = None) -> Program:
-        """`module` compiled for `profile`; `spirv` and `manifest` (the artifact's
+        """`module` compiled for `profile`; `code` and `manifest` (the artifact's
         kernel entries) emitted from it; `target_checked`: emitted through the
         gateway, which ran the TARGET checks; `probes`: what `instrument` made
         of `module`'s kernels. Raises CompileError (TARGET/*, LAUNCH_CONFIG/*)."""
@@ -72,12 +74,14 @@ class Program:
             entry = export_name(op)
             fn = launches.lookup(entry)
             required = by_export.get(entry, {}).get("required_subgroup_size") or fn.subgroup_size or None
-            kernels[op.attr("sym")] = KernelEntry(kernel_abi(op, "spirv"), fn, required)
-        return cls(spirv, launches, kernels, probes or {})
+            kernels[op.attr("sym")] = KernelEntry(kernel_abi(op, profile.family), fn, required,
+                                                  by_export.get(entry, {}))
+        return cls(code, launches, kernels, probes or {})
 
 
 def pack_push_constants(abi: KernelABI, values: Sequence[Any]) -> bytes:
-    """The push-constant block: each scalar in its ABI slot, low bits first."""
+    """The push-constant block (a cpu kernel's argument block): each scalar in
+    its ABI slot, low bits first; buffer slots are left zero."""
     block = bytearray(abi.args_bytes)
     for param in abi.scalars:
         code, item = _slot(param, values[param.index])
@@ -128,7 +132,7 @@ class VulkanLauncher:
             raise DeviceError(f"@{callee} was not compiled for this run")
         groups, size = self._geometry(op, entry, workload)
         abi = entry.abi
-        pipeline = self.runner.pipeline(self.program.spirv, abi.export, len(abi.buffers), abi.args_bytes,
+        pipeline = self.runner.pipeline(self.program.code, abi.export, len(abi.buffers), abi.args_bytes,
                                         entry.required_subgroup_size)
         if pipeline.local_size is not None and pipeline.local_size != size:
             raise DeviceError(f"`{abi.export}`: the SPIR-V LocalSize {_dims(pipeline.local_size)} differs from "
@@ -184,18 +188,23 @@ class VulkanLauncher:
 
     def _geometry(self, op: Operation, entry: KernelEntry, workload: list[Any]
                   ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        """Workload predicates, launch configuration and geometry (LANGUAGE.md 8);
-        a violation fails the sample at the launch site."""
-        try:
-            launch = self.program.launches.invoke(entry.launch, workload)
-        except CompileError as e:
-            d = e.diagnostics[0]
-            raise SampleFailure(Diagnostic(d.code, d.message, self.path, op.loc[0], op.loc[1])) from None
-        limit = self.runner.info.max_workgroup_storage_bytes
-        if launch.workgroup_storage_bytes > limit:
-            raise DeviceError(f"`{entry.abi.export}` needs {launch.workgroup_storage_bytes} bytes of workgroup "
-                              f"memory; {self.runner.info.describe()} has {limit}")
-        return launch.workgroups, launch.workgroup_size
+        return launch_geometry(self.program, op, entry, workload, self.path,
+                               self.runner.info.max_workgroup_storage_bytes, self.runner.info.describe())
+
+
+def launch_geometry(program: Program, op: Operation, entry: KernelEntry, workload: list[Any], path: str,
+                    storage_limit: int, device: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Workload predicates, launch configuration and geometry (LANGUAGE.md 8);
+    a violation fails the sample at the launch site."""
+    try:
+        launch = program.launches.invoke(entry.launch, workload)
+    except CompileError as e:
+        d = e.diagnostics[0]
+        raise SampleFailure(Diagnostic(d.code, d.message, path, op.loc[0], op.loc[1])) from None
+    if launch.workgroup_storage_bytes > storage_limit:
+        raise DeviceError(f"`{entry.abi.export}` needs {launch.workgroup_storage_bytes} bytes of workgroup "
+                          f"memory; {device} has {storage_limit}")
+    return launch.workgroups, launch.workgroup_size
 
 
 def _dims(t: Sequence[int]) -> str:

@@ -1,6 +1,7 @@
 """A `loom test` session: load files, compile and emit the kernels their
-`check.case`s launch, run every case sample by sample on a Vulkan device or
-the reference interpreter (LANGUAGE.md 13 and 17.32), and time benchmarks.
+`check.case`s launch, run every case sample by sample on a Vulkan device,
+the cpu device or the reference interpreter (LANGUAGE.md 13 and 17.32),
+and time benchmarks.
 
 The session writes through a `Reporter` (result lines to stdout,
 diagnostics to stderr), so it is callable without the command line;
@@ -17,6 +18,7 @@ from loomcli.ir.ops import CHECK_BENCHMARK, CHECK_CASE, KERNEL_LAUNCH
 
 if TYPE_CHECKING:
     from loomcli.check.cases import SampleResult
+    from loomcli.check.cpu import CpuLauncher, CpuRunner
     from loomcli.check.interpreter import InterpreterLauncher
     from loomcli.check.launch import Program, Timing, VulkanLauncher
     from loomcli.check.vulkan import VulkanRunner
@@ -34,10 +36,17 @@ class Reporter(Protocol):
         """Diagnostics, for stderr, after the lines written so far."""
 
 
-def open_device(device: str) -> VulkanRunner | None:
-    """The Vulkan runner; None (the interpreter) when `auto` finds no usable device."""
+def open_device(device: str, target: str | None = None) -> VulkanRunner | CpuRunner | None:
+    """The Vulkan runner, or the cpu device's for `cpu`; None (the
+    interpreter) when `auto` finds no usable Vulkan device."""
     from loomcli.check.vulkan import VulkanRunner, VulkanUnavailable
 
+    if device == "cpu":
+        from loomcli.check.cpu import CpuRunner
+
+        runner = CpuRunner(cpu_profile(target))
+        runner.start()   # the worker warms up while the files compile
+        return runner
     try:
         return VulkanRunner()
     except VulkanUnavailable:
@@ -51,6 +60,15 @@ def interpreter_profile(target: str | None) -> Profile:
     from loomcli.targets.profiles import REFERENCE, parse_target
 
     return REFERENCE if target is None else parse_target(target)
+
+
+def cpu_profile(target: str | None) -> Profile:
+    from loomcli.targets.profiles import CPU_HOSTS, parse_target
+
+    profile = parse_target(target or f"cpu:{CPU_HOSTS[0]}")
+    if profile.family != "cpu":
+        raise UsageError(f"loom test --device cpu runs cpu targets; --target {target} is not a cpu:HOST target")
+    return profile
 
 
 def vulkan_profile(target: str | None, runner: VulkanRunner) -> Profile:
@@ -93,7 +111,7 @@ class FileCases:
 class Session:
     """One `loom test` run: compiles, runs and reports every file's cases."""
 
-    def __init__(self, runner: VulkanRunner | None, profile: Profile, reporter: Reporter, quiet: bool,
+    def __init__(self, runner: VulkanRunner | CpuRunner | None, profile: Profile, reporter: Reporter, quiet: bool,
                  max_steps: int | None = None, linking: Linking | None = None) -> None:
         self.linking = linking or Linking()
         self.runner = runner
@@ -159,17 +177,25 @@ class Session:
                 f.failed_cases.add(case.attr("sym"))
 
     def _launcher(self, f: FileCases, timings: list[Timing] | None = None
-                  ) -> VulkanLauncher | InterpreterLauncher | None:
+                  ) -> VulkanLauncher | CpuLauncher | InterpreterLauncher | None:
         from loomcli.check.launch import VulkanLauncher
+        from loomcli.check.vulkan import VulkanRunner
 
         if self.runner is None:
             return f.interpreter
+        program = f.program
         if timings is not None and f.plain is not None:
             # 17.38: benchmarks time the kernels as built, not instrumented.
             if f.bench_program is None:
                 f.bench_program = self._emit(f.plain, {})
-            return VulkanLauncher(self.runner, f.bench_program, f.path, timings)
-        return None if f.program is None else VulkanLauncher(self.runner, f.program, f.path, timings)
+            program = f.bench_program
+        if program is None:
+            return None
+        if isinstance(self.runner, VulkanRunner):
+            return VulkanLauncher(self.runner, program, f.path, timings)
+        from loomcli.check.cpu import CpuLauncher
+
+        return CpuLauncher(self.runner, program, f.path, timings)
 
     def _program(self, f: FileCases) -> Program | None:
         """Compile and emit the kernels `f`'s cases launch (None if they launch none)."""
@@ -200,9 +226,11 @@ class Session:
 
     def _emit(self, module: Module, probes: dict[str, KernelProbe]) -> Program:
         from loomcli.check.launch import Program
+        from loomcli.emit import backend_for
         from loomcli.emit.artifacts import emit
 
-        artifact = emit(module, self.profile, "spirv-binary")  # the gateway: TARGET checks run here
+        # The gateway: TARGET checks run here. SPIR-V words for Vulkan, an object for the cpu device.
+        artifact = emit(module, self.profile, backend_for(self.profile).native_format)
         return Program.build(module, self.profile, artifact.data, artifact.kernels, target_checked=True,
                              probes=probes)
 

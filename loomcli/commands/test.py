@@ -1,11 +1,13 @@
-"""`loom test`: run the `check.case`s of Loom files on a Vulkan device or the
-reference interpreter (LANGUAGE.md 17.32: `--device auto` takes Vulkan if
-usable, else the interpreter).
+"""`loom test`: run the `check.case`s of Loom files on a Vulkan device, the
+cpu device or the reference interpreter (LANGUAGE.md 17.32: `--device auto`
+takes Vulkan if usable, else the interpreter; the cpu device, which runs
+the LLVM lowering natively, is chosen by name).
 
 On Vulkan, each file's launched kernels are compiled and emitted to SPIR-V
 once, for `--target` or else the highest `spirv:vulkan1.x` the device runs;
-on the interpreter they are compiled for the reference profile, or for
-`--target` (whose index/offset widths it then traps, 17.27). Every case
+on the cpu device for `--target` or else `cpu:x86-64` (docs/cpu.md); on the
+interpreter they are compiled for the reference profile, or for `--target`
+(whose index/offset widths it then traps, 17.27). Every case
 then runs sample by sample (LANGUAGE.md 13). Output, on stdout, one line per
 sample and a summary that counts cases (a case passes iff all its samples do):
 
@@ -42,11 +44,12 @@ if TYPE_CHECKING:
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--case", "cases", multiple=True, metavar="@C", help="Run only this case (repeatable).")
-@click.option("--device", type=click.Choice(["auto", "vulkan", "interpreter"]), default="auto", show_default=True,
-              help="Where kernels run: a Vulkan device, or the reference interpreter.")
+@click.option("--device", type=click.Choice(["auto", "vulkan", "cpu", "interpreter"]), default="auto",
+              show_default=True,
+              help="Where kernels run: a Vulkan device, this machine's CPU (natively), or the reference interpreter.")
 @click.option("--target", metavar="T",
               help="Target profile (Vulkan default: the highest spirv:vulkan1.x the device runs; "
-                   "interpreter default: the reference profile).")
+                   "cpu: cpu:x86-64; interpreter default: the reference profile).")
 @click.option("--bench", is_flag=False, flag_value="", default=None, metavar="[@B]",
               help="After the checks, time the samples of every check.benchmark (or only @B).")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, metavar="N",
@@ -93,14 +96,18 @@ class _Options:
 
 def _run(files: tuple[str, ...], device: str, linking: Linking, o: _Options) -> tuple[int, int, int]:
     """Test `files` on `device`: (cases passed, cases failed, files that did not compile)."""
-    from loomcli.check.session import Session, interpreter_profile, open_device, vulkan_profile
+    from loomcli.check.session import Session, cpu_profile, interpreter_profile, open_device, vulkan_profile
 
-    runner = None if device == "interpreter" else open_device(device)
+    runner = None if device == "interpreter" else open_device(device, o.target)
     try:
         if runner is None:
             profile = interpreter_profile(o.target)
             if o.verbose:
                 click.echo(f"loom test: reference interpreter, profile {profile.name}", err=True)
+        elif device == "cpu":
+            profile = cpu_profile(o.target)
+            if o.verbose:
+                click.echo(f"loom test: {runner.describe()}", err=True)
         else:
             profile = vulkan_profile(o.target, runner)
             if o.verbose:

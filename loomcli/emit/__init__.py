@@ -25,6 +25,7 @@ FORMATS = {  # artifact format -> file suffix (in the order `--format` lists the
     "spirv-binary": ".spv",
     "nvptx-ptx": ".ptx",
     "nvptx-cubin": ".cubin",
+    "cpu-object": ".o",
     "llvmir-text": ".ll",
     "asm": ".s",
 }
@@ -92,6 +93,7 @@ def _stages(*rows: tuple[str, str, str | None], stops: dict[str, str], manifest:
 _AMDGPU = "loomcli.emit.amdgpu:"
 _NVPTX = "loomcli.emit.nvptx:"
 _SPIRV = "loomcli.emit.spirv:"
+_CPU = "loomcli.emit.cpu:"
 
 # The emitter table, keyed by target family.
 BACKENDS: dict[str, Backend] = {
@@ -116,6 +118,14 @@ BACKENDS: dict[str, Backend] = {
                              manifest=_NVPTX + "manifest_facts", worker=("ptx",),
                              check={"cubin": _NVPTX + "find_ptxas"}),
                      worker=LLVM_WORKER, llvm=True),
+    # llir -> asm | obj. The host, for `loom test --device cpu`: an object
+    # the cpu device loads and runs (docs/cpu.md).
+    "cpu": Backend(_stages(("llir", _CPU + "lower_stage", None),
+                           ("asm", _CPU + "asm_stage", "llir"),
+                           ("obj", _CPU + "object_stage", "llir"),
+                           stops={"cpu-object": "obj", "llvmir-text": "llir", "asm": "asm"},
+                           manifest=_CPU + "manifest_facts", worker=("asm", "obj")),
+                   worker=LLVM_WORKER, llvm=True),
 }
 NATIVE_FORMAT = {family: backend.native_format for family, backend in BACKENDS.items()}
 LLVM_FAMILIES = tuple(family for family, backend in BACKENDS.items() if backend.llvm)

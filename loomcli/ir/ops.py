@@ -116,6 +116,7 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
                 "gfx11-generic", "gfx12-generic")
 VULKAN_ENVS = ("vulkan1_1", "vulkan1_2", "vulkan1_3")
 NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
+CPU_HOSTS = ("x86-64",)
 # The target record ops (section 7.8): `target(@t)` names one of these.
 
 
@@ -431,6 +432,8 @@ op("spirv.target", Kind(VULKAN_ENVS), SymName(), Dict(), rule="target_record", c
 op("nvptx.target", Kind(NVPTX_CHIPS), SymName(), Dict(), rule="target_record", contexts=TOP,
    traits={SYMBOL, TARGET_RECORD}, example="nvptx.target<sm_90> @hopper {max_flat_workgroup_size = 256}",
    symbol_kind="target")
+op("cpu.target", Kind(CPU_HOSTS), SymName(), Dict(), rule="target_record", contexts=TOP,
+   traits={SYMBOL, TARGET_RECORD}, example="cpu.target<x86-64> @host {subgroup_size = 16}", symbol_kind="target")
 op("target.subgroup.size", TypeSame(operands=[]), rule="subgroup_size", traits={PURE, UNIFORM}, results=_RESULT,
    example="%s = target.subgroup.size : index")
 op("module.import", StringAttr("key"), SymbolList(), rule="module_import", contexts=TOP,

@@ -16,6 +16,7 @@ AMDGPU_CHIPS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "
                 "gfx12-generic")
 VULKAN_ENVS = ("vulkan1.1", "vulkan1.2", "vulkan1.3")
 NVPTX_CHIPS = ("sm_80", "sm_89", "sm_90", "sm_100")
+CPU_HOSTS = ("x86-64",)   # the host ISA levels the cpu device compiles for (x86-64: the baseline, no FMA)
 
 # LANGUAGE.md 17.18: which concrete chips a generic processor covers.
 GENERIC_COVERS = {
@@ -30,7 +31,8 @@ SPIRV_VERSIONS = {"vulkan1.1": (1, 3), "vulkan1.2": (1, 5), "vulkan1.3": (1, 6)}
 
 U32_MAX = (1 << 32) - 1
 
-RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx.target"}   # family -> record op
+# family -> record op
+RECORD_OP = {"amdgpu": "amdgpu.target", "spirv": "spirv.target", "nvptx": "nvptx.target", "cpu": "cpu.target"}
 
 # NVIDIA: a kernel's static `.shared` data may take 48 KiB; more is dynamic
 # shared memory a launch opts into (cudaFuncAttributeMaxDynamicSharedMemorySize),
@@ -48,7 +50,7 @@ NVPTX_FEATURES = frozenset({"f16", "bf16", "f64", "i64", "int8_storage", "int16_
 
 @dataclass(frozen=True)
 class Profile:
-    family: str                 # "amdgpu" | "spirv" | "nvptx" | "reference"
+    family: str                 # "amdgpu" | "spirv" | "nvptx" | "cpu" | "reference"
     selector: str               # "gfx1100" | "vulkan1.3" | "sm_90" | "reference"
     subgroup_size: int | None   # fixed subgroup size, None when the target has none
     triple: str = ""
@@ -190,13 +192,26 @@ def nvptx_profile(chip: str) -> Profile:
                    features=NVPTX_FEATURES, legalize=DEVICE_LEGALIZE, native_math=NVPTX_NATIVE_MATH)
 
 
+# The cpu device (`loom test --device cpu`): the shared LLVM lowering compiled
+# for this machine and run natively, one workgroup at a time (docs/cpu.md).
+# Subgroups of 8 (a 256-bit vector of f32), 64-bit indices like the
+# reference profile, every feature, and no native transcendental functions:
+# expand-math builds them all, so results do not depend on the host's libm.
+
+
+def cpu_profile(host: str) -> Profile:
+    return Profile("cpu", host, 8, triple="x86_64-unknown-linux-gnu", max_workgroup_size=(1024, 1024, 64),
+                   max_workgroup_count=(U32_MAX, U32_MAX, U32_MAX), index_bitwidth=64, offset_bitwidth=64,
+                   features=NVPTX_FEATURES, legalize=DEVICE_LEGALIZE)
+
+
 REFERENCE = Profile("reference", "reference", 32, max_workgroup_size=(1024, 1024, 64), index_bitwidth=64,
                     offset_bitwidth=64)
 
 
 def all_targets() -> list[str]:
     return ([f"amdgpu:{c}" for c in AMDGPU_CHIPS] + [f"spirv:{e}" for e in VULKAN_ENVS]
-            + [f"nvptx:{c}" for c in NVPTX_CHIPS])
+            + [f"nvptx:{c}" for c in NVPTX_CHIPS] + [f"cpu:{h}" for h in CPU_HOSTS])
 
 
 def all_profiles() -> list[Profile]:
@@ -218,6 +233,8 @@ def parse_target(text: str) -> Profile:
         return spirv_profile(selector.replace("_", "."))
     if family == "nvptx" and selector in NVPTX_CHIPS:
         return nvptx_profile(selector)
+    if family == "cpu" and selector in CPU_HOSTS:
+        return cpu_profile(selector)
     raise UsageError(f"unknown target `{text}`; valid targets: {', '.join(all_targets())}")
 
 

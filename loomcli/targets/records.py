@@ -54,7 +54,7 @@ class Key:
     field: str                              # the Profile field it sets
     valid: Callable[[Any, Profile], bool]
     axis: int | None = None                 # per-axis keys set one component of a triple
-    families: tuple[str, ...] = ("amdgpu", "spirv", "nvptx")
+    families: tuple[str, ...] = ("amdgpu", "spirv", "nvptx", "cpu")
 
 
 RECORD_KEYS: dict[str, Key] = {

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from loomcli.emit.llvm.target import LLVMTarget
 from loomcli.errors import LoomError
 from loomcli.ir.core import Module, Operation
 from loomcli.targets.profiles import Profile
+
+if TYPE_CHECKING:
+    from loomcli.emit.llvm.lower import Extend
 
 CODEGEN = "loomcli.emit.llvm.codegen"
 
@@ -32,10 +36,11 @@ def kernel_profile(module: Module, kernel: Operation, profile: Profile) -> Profi
     return profile_for(module, kernel, profile) or profile
 
 
-def lower(module: Module, profile: Profile, target: LLVMTarget, kernel_target: KernelTarget | None = None
-          ) -> tuple[str, list[Operation], dict[str, Profile]]:
+def lower(module: Module, profile: Profile, target: LLVMTarget, kernel_target: KernelTarget | None = None,
+          extend: Extend | None = None) -> tuple[str, list[Operation], dict[str, Profile]]:
     """The LLVM IR of the module's kernels for `profile`, the kernels, and
-    each kernel's profile (by export name)."""
+    each kernel's profile (by export name); `extend` adds the target's own
+    functions to the module."""
     from loomcli.emit.llvm.lower import LoweringError, lower_module, plan_kernel
     from loomcli.targets.abi import exported_kernels
 
@@ -49,17 +54,18 @@ def lower(module: Module, profile: Profile, target: LLVMTarget, kernel_target: K
             plan = plan_kernel(kernel, kt, kp.max_flat_workgroup_size)
             profiles[plan.export] = kp
             plans.append(plan)
-        return lower_module(module, plans, target), kernels, profiles
+        return lower_module(module, plans, target, extend), kernels, profiles
     except LoweringError as e:
         raise LoomError(f"internal: cannot lower to LLVM IR for {profile.name}: {e}") from e
 
 
-def codegen(ir: str, target: LLVMTarget, emit: str) -> bytes:
-    """LLVM's optimizer and code generator, in the warm worker process."""
+def codegen(ir: str, target: LLVMTarget, emit: str, link: tuple[str, ...] = ()) -> bytes:
+    """LLVM's optimizer and code generator, in the warm worker process;
+    `link`: LLVM IR modules linked in before the optimizer (a run-time)."""
     from loomcli.runtime.isolated import RemoteError, WorkerCrash, shared_worker
 
     header = {"triple": target.triple, "cpu": target.cpu, "features": target.features,
-              "datalayout": target.datalayout, "emit": emit, "opt": 3}
+              "datalayout": target.datalayout, "emit": emit, "opt": 3, "link": list(link)}
     try:
         return shared_worker((CODEGEN,)).call(f"{CODEGEN}:compile_ir", header, ir.encode())
     except WorkerCrash as crash:

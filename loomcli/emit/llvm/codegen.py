@@ -7,7 +7,8 @@ created once per process and reused.
 
 Request header (JSON): `triple`, `cpu`, `features`, `datalayout` (checked
 against the target machine's), `emit` ("object" | "assembly" |
-"optimized-ir"), `opt` (0-3).
+"optimized-ir"), `opt` (0-3), `link` (LLVM IR texts linked into the module
+before it is verified and optimized).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import llvmlite.binding as llvm
 def _initialized() -> bool:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    # The host's assembler parser: the cpu run-time's fiber switch is module-level assembly.
+    llvm.initialize_native_asmparser()
     return True
 
 
@@ -52,6 +55,8 @@ def compile_ir(header: dict[str, Any], ir: bytes) -> bytes:
     if want and want != str(tm.target_data):
         raise ValueError(f"data layout mismatch: lowering uses {want!r}, LLVM {str(tm.target_data)!r}")
     module = llvm.parse_assembly(ir.decode())
+    for text in header.get("link", ()):
+        module.link_in(llvm.parse_assembly(text))
     module.verify()
     if opt:
         pb = _pass_builder(triple, cpu, features, opt)

@@ -183,12 +183,18 @@ class ModuleLowering:
         return self.ir.text()
 
 
-def lower_module(module: Module, plans: list[KernelPlan], target: LLVMTarget) -> str:
+# A target's own functions, added to the module after the kernels (the cpu's entry points).
+Extend = Callable[[ll.Module, list[KernelPlan]], None]
+
+
+def lower_module(module: Module, plans: list[KernelPlan], target: LLVMTarget, extend: Extend | None = None) -> str:
     """The LLVM IR text of `plans`' kernels and the device functions they call."""
     lowering = ModuleLowering(module, target)
     lowering.ir.taken.update(plan.export for plan in plans)  # kernel symbols are exactly their export names
     for plan in plans:
         lowering.lower_kernel(plan)
+    if extend is not None:
+        extend(lowering.ir, plans)
     return lowering.text()
 
 
