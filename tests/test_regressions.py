@@ -1,6 +1,7 @@
 """Regression tests for the correctness fixes of issue 12, each named for
 what it pins down. Kernel files live in tests/regressions/; the runnable ones
-pass on the reference interpreter and, where one is usable, on Vulkan."""
+pass on the reference interpreter, the cpu device and, where one is usable,
+on Vulkan."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from loomcli.check.vulkan import unavailable_reason
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "regressions"
 VULKAN = unavailable_reason()
-DEVICES = ["interpreter", pytest.param("vulkan", marks=pytest.mark.skipif(
+DEVICES = ["interpreter", "cpu", pytest.param("vulkan", marks=pytest.mark.skipif(
     VULKAN is not None, reason=f"no Vulkan device: {VULKAN}"))]
 
 # Files whose every case must pass on every device.
-RUNNABLE = ["config_in_predicate.loom", "nan_bitcasts.loom", "pow_overflow_sign.loom", "reduce_negative_zero.loom",
-            "sign_ops_nan_payload.loom"]
+RUNNABLE = ["config_in_predicate.loom", "minnum_signaling_nan.loom", "nan_bitcasts.loom", "pow_overflow_sign.loom",
+            "reduce_negative_zero.loom", "sign_ops_nan_payload.loom"]
 
 
 def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -68,7 +68,7 @@ INT_BINARY = {"addi": "add", "subi": "sub", "muli": "mul", "shli": "shl", "divsi
               "shrui": "lshr"}
 INT_MINMAX = {"minsi": "smin", "maxsi": "smax", "minui": "umin", "maxui": "umax"}
 FLOAT_BINARY = {"addf": "fadd", "subf": "fsub", "mulf": "fmul", "divf": "fdiv"}
-FLOAT_MINMAX = {"minimumf": "minimum", "maximumf": "maximum", "minnumf": "minnum", "maxnumf": "maxnum"}
+FLOAT_MINMAX = {"minimumf": "minimum", "maximumf": "maximum", "minnumf": "minimumnum", "maxnumf": "maximumnum"}
 UNARY_MATH = {"sqrtf": "sqrt", "expf": "exp", "exp2f": "exp2", "logf": "log", "log2f": "log2", "sinf": "sin",
               "cosf": "cos", "tanhf": "tanh", "floorf": "floor", "ceilf": "ceil", "absf": "fabs"}
 
