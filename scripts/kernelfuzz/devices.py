@@ -146,7 +146,7 @@ class _OnVulkan:
 
         abi = self.entry.abi
         try:
-            pipeline = self.runner.pipeline(self.program.spirv, abi.export, len(abi.buffers), abi.args_bytes,
+            pipeline = self.runner.pipeline(self.program.code, abi.export, len(abi.buffers), abi.args_bytes,
                                             self.entry.required_subgroup_size)
         except LoomError as e:
             raise RunError(str(e)) from None
@@ -172,6 +172,67 @@ class _OnVulkan:
                 self.runner.release(buf)
 
 
+# ---------------------------------------------------------------- the cpu device
+
+
+class CpuDevice:
+    """The shared LLVM lowering, compiled for this machine and run natively
+    (`loom test --device cpu`), with its subgroups of 8."""
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        from loomcli.check.cpu import CpuRunner
+        from loomcli.check.session import cpu_profile
+
+        self.profile = cpu_profile(None)
+        self.runner = CpuRunner(self.profile)
+        self.subgroup_size = self.profile.subgroup_size or 1
+
+    def compile(self, path: str, roots: Sequence[str], config: Sequence[str]) -> Module:
+        return compile_for(self.profile, path, roots, config)
+
+    def _program(self, module: Module) -> Any:
+        from loomcli.check.launch import Program
+        from loomcli.emit.artifacts import emit
+
+        art = emit(module, self.profile, "cpu-object")   # the gateway: TARGET checks run here
+        return Program.build(module, self.profile, art.data, art.kernels, target_checked=True)
+
+    def launcher(self, module: Module, path: str) -> Any:
+        from loomcli.check.cpu import CpuLauncher
+
+        return CpuLauncher(self.runner, self._program(module), path)
+
+    def executable(self, module: Module, symbol: str, path: str) -> Executable:
+        return _OnCpu(self.runner, self._program(module), symbol)
+
+
+class _OnCpu:
+    def __init__(self, runner: Any, program: Any, symbol: str) -> None:
+        self.runner, self.program, self.entry = runner, program, program.kernels[symbol]
+
+    def dispatch(self, groups: tuple[int, int, int], size: tuple[int, int, int], args: Sequence[Any]) -> None:
+        from loomcli.check.launch import pack_push_constants
+        from loomcli.errors import LoomError
+
+        abi = self.entry.abi
+        buffers: list[bytearray] = []
+        index: dict[int, int] = {}
+        pointers = []
+        for param in abi.buffers:
+            data = args[param.index]
+            if id(data) not in index:
+                index[id(data)] = len(buffers)
+                buffers.append(data)
+            pointers.append((param.byte_offset, index[id(data)]))
+        try:
+            self.runner.run(self.program, self.entry, groups, size, pack_push_constants(abi, args), buffers,
+                            pointers)
+        except LoomError as e:
+            raise RunError(str(e)) from None
+
+
 # ---------------------------------------------------------------- the list
 
 
@@ -188,4 +249,5 @@ def _vulkan() -> Device | str:
 DEVICES: dict[str, Callable[[], Device | str]] = {
     "interpreter": InterpreterDevice,
     "vulkan": _vulkan,
+    "cpu": CpuDevice,
 }

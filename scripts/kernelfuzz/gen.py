@@ -22,6 +22,11 @@ INTS = (8, 16, 32, 64)
 FLOATS = ("f16", "bf16", "f32", "f64")
 WIDTH = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
 BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8}
+# Per float type, as signed integers of its width: all bits but the sign,
+# the infinity's bits, the canonical NaN's (`scalar.constant nan`).
+NAN_BITS = {"f16": (0x7FFF, 0x7C00, 0x7E00), "bf16": (0x7FFF, 0x7F80, 0x7FC0),
+            "f32": (0x7FFFFFFF, 0x7F800000, 0x7FC00000),
+            "f64": (0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000, 0x7FF8000000000000)}
 # Significand bits (with the implicit one): integers up to 2^p are exact.
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 
@@ -287,14 +292,28 @@ class Gen:
         return self.canonical_of(a)
 
     def canonical_of(self, a: V) -> V:
+        """`a`, or the canonical NaN (`scalar.constant nan`) where it is a NaN.
+
+        Twice: a float select on `cmpf uno`, then an integer one on the bits
+        (|bits| > the infinity's). LLVM may fold the first away (a NaN an
+        operation returns may have any payload and sign, so it may as well be
+        the constant's; the cpu's hardware NaN has the sign set), and lavapipe
+        may fold the second (it can turn the bit test into a NaN test on a
+        16-bit float it does not keep NaNs for); neither folds both."""
         if a.bits_known or a.type not in FLOATS:
             return a
         t = a.type
-        nan, r = self.fresh(), self.fresh()
-        c = self.const(t, "nan")
-        self.emit(f"{nan} = scalar.cmpf uno, {a.name}, {a.name} : {t}")
-        self.emit(f"{r} = scf.select {nan}, {c}, {a.name} : {t}")
-        return V(r, t)
+        it = f"i{WIDTH[t]}"
+        uno, sel, bits, mag, nan, r, f = (self.fresh() for _ in range(7))
+        sign, inf, canon = NAN_BITS[t]
+        self.emit(f"{uno} = scalar.cmpf uno, {a.name}, {a.name} : {t}")
+        self.emit(f"{sel} = scf.select {uno}, {self.const(t, 'nan')}, {a.name} : {t}")
+        self.emit(f"{bits} = scalar.bitcast {sel} : {t} to {it}")
+        self.emit(f"{mag} = scalar.andi {bits}, {self.const(it, sign)} : {it}")
+        self.emit(f"{nan} = scalar.cmpi ugt, {mag}, {self.const(it, inf)} : {it}")
+        self.emit(f"{r} = scf.select {nan}, {self.const(it, canon)}, {bits} : {it}")
+        self.emit(f"{f} = scalar.bitcast {r} : {it} to {t}")
+        return V(f, t)
 
     def bits64(self, v: V) -> str:
         """`v` as an i64 bit pattern: a float's bits (NaN canonical), zero-extended."""
