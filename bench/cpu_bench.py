@@ -30,13 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def matmul_file(folder: Path, n: int) -> Path:
     kernel = (ROOT / "samples" / "matmul.loom").read_text().split("check.case")[0]
+    t = f"tensor<{n}x{n}xf32>"
     case = f"""check.case @big {{
   %m = check.literal value({n}) : index
   %a = check.generate.fill value(1.0) : tensor<{n}x{n}xf32>
   %b = check.generate.fill value(2.0) : tensor<{n}x{n}xf32>
   %c = check.generate.fill value(0.0) : tensor<{n}x{n}xf32>
   %want = check.generate.fill value({2.0 * n}) : tensor<{n}x{n}xf32>
-  kernel.launch @matmul_f32[%m, %m](%m, %m, %m, %a, %b, %c) : [index, index](index, index, index, tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>)
+  kernel.launch @matmul_f32[%m, %m](%m, %m, %m, %a, %b, %c) : [index, index](index, index, index, {t}, {t}, {t})
   check.expect.equal actual(%c) expected(%want) : tensor<{n}x{n}xf32>
   check.return
 }}
