@@ -1,12 +1,19 @@
 """The cpu device against the reference interpreter, and its two ways of
 running a workgroup.
 
-    PYTHONPATH=<tree> python bench/cpu_bench.py [--rounds R] [--size N]
+    PYTHONPATH=<tree> python bench/cpu_bench.py [--rounds R] [--size N] [--interpreter-size M]
 
 1. samples/matmul.loom's kernel on an N x N x N case (default 256): the
    time of one launch on the interpreter and on the cpu device (the whole
    launch as `loom test` makes it: the worker round trip and the buffer
-   copies included), in alternating rounds; medians and their ratio.
+   copies included), in alternating rounds; medians and their ratio, in
+   wall time and in CPU time (user + system of the process that ran it).
+   With `--interpreter-size M` the interpreter runs an M x M x M case
+   instead (both devices run it too, to show the scaling), and its time is
+   extrapolated to N by the work, (N / M)^3: the interpreter's time per
+   multiply-add is the same at every size (one invocation's loop body is
+   the same ops, M or N times), which the M-sized rounds of the cpu device
+   and the printed per-element times let one check.
 2. A barrier-free kernel (saxpy, 2^20 elements) run by the work-item loop
    and, forced, as fibers: the native times' medians and their ratio (what
    the loop saves).
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import tempfile
 import time
@@ -79,27 +87,56 @@ def program_for(path: Path, profile: Any, roots: list[str]) -> Any:
     return Program.build(compiled.module, profile, art.data, art.kernels, target_checked=True)
 
 
-def matmul(rounds: int, n: int, runner: Any) -> None:
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU time of this process (or of `pid`, from /proc)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def matmul(rounds: int, n: int, m: int, runner: Any) -> None:
     from loomcli.check.cpu import CpuLauncher
     from loomcli.check.interpreter import InterpreterLauncher
     from loomcli.frontend import load_module
     from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import REFERENCE
 
+    scale = (n / m) ** 3
     with tempfile.TemporaryDirectory() as tmp:
-        path = matmul_file(Path(tmp), n)
-        module = load_module(str(path))
-        reference = compile_module(CompileOptions(input=str(path), profile=REFERENCE, roots=["@matmul_f32"],
+        folder = Path(tmp)
+        (folder / "small").mkdir()
+        big, small = matmul_file(folder, n), matmul_file(folder / "small", m)
+        big_module, small_module = load_module(str(big)), load_module(str(small))
+        reference = compile_module(CompileOptions(input=str(small), profile=REFERENCE, roots=["@matmul_f32"],
                                                   for_execution=True)).module
-        program = program_for(path, runner.profile, ["@matmul_f32"])
-        interp, cpu = [], []
+        program = program_for(big, runner.profile, ["@matmul_f32"])
+        small_program = program_for(small, runner.profile, ["@matmul_f32"])
+        runner.start()
+        worker = runner.worker.proc.pid
+        interp, interp_cpu, cpu, cpu_cpu, cpu_small = [], [], [], [], []
         for _ in range(rounds):
-            interp.append(run_case(module, InterpreterLauncher(reference, REFERENCE, str(path), 10**12), path, "big"))
-            cpu.append(run_case(module, CpuLauncher(runner, program, str(path)), path, "big"))
-            print(f"  round: interpreter {interp[-1]:.2f} s, cpu {cpu[-1] * 1e3:.1f} ms", flush=True)
-    mi, mc = statistics.median(interp), statistics.median(cpu)
-    print(f"matmul {n}x{n}x{n}: interpreter median {mi:.2f} s, cpu median {mc * 1e3:.1f} ms "
-          f"({rounds} rounds): cpu {mi / mc:.0f}x faster")
+            c0 = cpu_seconds()
+            interp.append(run_case(small_module, InterpreterLauncher(reference, REFERENCE, str(small), 10**12),
+                                   small, "big"))
+            interp_cpu.append(cpu_seconds() - c0)
+            c0, w0 = cpu_seconds(), cpu_seconds(worker)
+            cpu.append(run_case(big_module, CpuLauncher(runner, program, str(big)), big, "big"))
+            cpu_cpu.append(cpu_seconds() - c0 + cpu_seconds(worker) - w0)
+            if m != n:
+                cpu_small.append(run_case(small_module, CpuLauncher(runner, small_program, str(small)), small, "big"))
+            print(f"  round: interpreter {m}^3 {interp[-1]:.2f} s (cpu time {interp_cpu[-1]:.2f} s), "
+                  f"cpu device {n}^3 {cpu[-1] * 1e3:.1f} ms (cpu time {cpu_cpu[-1] * 1e3:.0f} ms)", flush=True)
+    mi, mic = statistics.median(interp) * scale, statistics.median(interp_cpu) * scale
+    mc, mcc = statistics.median(cpu), statistics.median(cpu_cpu)
+    where = f"measured at {m}^3 and scaled by (N/M)^3 = {scale:.0f}, " if m != n else ""
+    print(f"matmul {n}x{n}x{n}: interpreter median {mi:.1f} s ({where}cpu time {mic:.1f} s), "
+          f"cpu device median {mc * 1e3:.1f} ms (cpu time {mcc * 1e3:.0f} ms), {rounds} rounds: "
+          f"cpu {mi / mc:.0f}x faster (cpu time {mic / mcc:.0f}x)")
+    if cpu_small:
+        print(f"  cpu device at {m}^3: median {statistics.median(cpu_small) * 1e3:.2f} ms; "
+              f"per multiply-add: interpreter {statistics.median(interp) / m ** 3 * 1e6:.2f} us")
 
 
 def loop_or_fibers(rounds: int, runner: Any) -> None:
@@ -135,13 +172,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--interpreter-size", type=int, default=None, metavar="M",
+                    help="run the interpreter at M^3 and extrapolate to --size (default: --size)")
     ap.add_argument("--skip-matmul", action="store_true")
     args = ap.parse_args()
     runner = CpuRunner(parse_target("cpu:x86-64"))
     try:
         loop_or_fibers(args.rounds, runner)
         if not args.skip_matmul:
-            matmul(args.rounds, args.size, runner)
+            matmul(args.rounds, args.size, args.interpreter_size or args.size, runner)
     finally:
         runner.close()
 

@@ -25,8 +25,8 @@ SAMPLES = [ROOT / "samples" / f"{n}.loom" for n in ("saxpy", "reduction", "matmu
 EXEC = sorted((ROOT / "tests" / "exec").glob("*.loom"))
 
 
-def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def loom(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     env.pop("LOOM_DEBUG", None)
     return subprocess.run([sys.executable, "-m", "loomcli", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=900)
@@ -290,6 +290,14 @@ def test_bench_gives_native_timings() -> None:
     assert r.returncode == 0, r.stderr
     assert re.search(r"^BENCH @saxpy_big \[n=1009\] @saxpy: median [\d.]+ [num]?s \(min .*, \d+ runs\)$", r.stdout,
                      re.M), r.stdout
+
+
+def test_auto_never_picks_cpu() -> None:
+    # LANGUAGE.md 17.32: auto is Vulkan, else the interpreter; cpu only by name.
+    no_driver = {"VK_ICD_FILENAMES": "/nonexistent/icd.json", "VK_DRIVER_FILES": "/nonexistent/icd.json"}
+    r = loom("test", "-v", "--device", "auto", "samples/saxpy.loom", env=no_driver)
+    assert r.returncode == 0, r.stderr
+    assert "loom test: reference interpreter" in r.stderr and "cpu" not in r.stderr, r.stderr
 
 
 def test_cpu_takes_only_cpu_targets() -> None:
