@@ -135,7 +135,7 @@ def loom_test(path: Path, device: str) -> subprocess.CompletedProcess[str]:
 
 
 @needs_vulkan
-@pytest.mark.parametrize("name", ["subgroup_rows.loom", "mulf_by_zero.loom"])
+@pytest.mark.parametrize("name", ["subgroup_rows.loom", "mulf_by_zero.loom", "divf_zero_dividend.loom"])
 def test_known_differences_still_hold(name: str) -> None:
     """Each filtered difference has a reproducer that passes on the interpreter
     and fails on this Vulkan device; when a driver fixes one, this says so."""
@@ -146,26 +146,27 @@ def test_known_differences_still_hold(name: str) -> None:
 
 
 @needs_vulkan
-def test_mulf_by_zero_filter_needs_the_model_to_reproduce_every_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["mulf_by_zero.loom", "divf_zero_dividend.loom"])
+def test_constant_zero_filter_needs_the_model_to_reproduce_every_byte(name: str, tmp_path: Path) -> None:
     """The filter explains a difference only when the interpreter, with
     lavapipe's folding modelled, returns the device's bytes exactly."""
     from kernelfuzz.devices import VulkanDevice
     from kernelfuzz.gen import Tensor, Test
-    from kernelfuzz.known import mulf_by_zero
+    from kernelfuzz.known import constant_zero
 
-    text = (ROOT / "scripts" / "kernelfuzz" / "mulf_by_zero.loom").read_text()
+    text = (ROOT / "scripts" / "kernelfuzz" / name).read_text()
     text = text.replace("  %all = check.generate.fill value(1) : tensor<3xi32>\n", "")
     text = text.replace("  check.expect.equal actual(%out) expected(%all) : tensor<3xi32>\n", "")
     test = Test("scalar", "known", text, (Tensor("in", "tensor<3xf32>", ""), Tensor("out", "tensor<3xi32>", "")))
     device = VulkanDevice()
     judge = Judge([device], str(tmp_path))
     [finding] = judge.judge(test)
-    assert finding.explained == "lavapipe-mulf-by-zero"
+    assert finding.explained == "lavapipe-constant-zero"
     from kernelfuzz.runner import run_case
 
     path = tmp_path / "k.loom"
     path.write_text(text)
     got = run_case(device, str(path), ())
-    assert mulf_by_zero(judge, test, device, got.outputs)
+    assert constant_zero(judge, test, device, got.outputs)
     tampered = (got.outputs[0], bytes(12))
-    assert not mulf_by_zero(judge, test, device, tampered)
+    assert not constant_zero(judge, test, device, tampered)

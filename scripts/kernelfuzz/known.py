@@ -3,7 +3,7 @@ counts, each with its evidence. A filter either recognizes a class of tests
 whose results the device cannot give (`subgroup_rows`), or *confirms* a
 driver bug by a model run: the interpreter runs the module with the bug
 modelled, and only when that run reproduces every byte the device returned
-is the difference put down to the bug (`mulf_by_zero`).
+is the difference put down to the bug (`constant_zero`).
 
 Reproducers for each live beside this package (`kernelfuzz/*.loom`); run
 them with `python3 -m loomcli test FILE --device vulkan`.
@@ -43,33 +43,47 @@ def subgroup_rows(judge: Judge, test: Test, device: Device, got: Sequence[bytes]
 
 
 def _zero_constant(v: Any) -> bool:
+    """A float zero constant once lavapipe's compiler has folded: a constant,
+    or a splat of one, or a lane of an all-zero vector constant."""
     op = getattr(v, "op", None)
-    if op is None or op.name not in ("scalar.constant", "vector.constant"):
+    if op is None:
+        return False
+    if op.name in ("vector.splat", "vector.extract"):
+        return _zero_constant(op.operands[0])
+    if op.name not in ("scalar.constant", "vector.constant"):
         return False
     value = op.attr("value")
-    return isinstance(value, float) and value == 0.0
+    values = value if isinstance(value, list) else [value]
+    return all(isinstance(x, float) and x == 0.0 for x in values)
 
 
-def fold_mulf_by_zero(module: Module) -> int:
-    """lavapipe's bug, modelled: every mulf with a constant (+-)0.0 operand becomes +0.0."""
+def fold_constant_zero(module: Module) -> int:
+    """lavapipe's shortcuts, modelled: every mulf with a constant (+-)0.0
+    operand, and every divf whose dividend is a constant (+-)0.0, becomes +0.0."""
     from loomcli.ir.builder import create, substitute
 
     n = 0
     for op in list(module.walk()):
-        if op.name in ("scalar.mulf", "vector.mulf") and any(_zero_constant(v) for v in op.operands):
-            kind = "vector.constant" if op.name == "vector.mulf" else "scalar.constant"
+        if op.name in ("scalar.mulf", "vector.mulf"):
+            zero = any(_zero_constant(v) for v in op.operands)
+        elif op.name == "scalar.divf":
+            zero = _zero_constant(op.operands[0])
+        else:
+            continue
+        if zero:
+            kind = "vector.constant" if op.name.startswith("vector.") else "scalar.constant"
             substitute(op, create(kind, attrs={"value": 0.0}))   # substitute gives it the results
             n += 1
     return n
 
 
 @dataclass
-class MulfByZeroModel:
+class ConstantZeroModel:
     """The interpreter running a module compiled for `device`'s profile with
-    `fold_mulf_by_zero` applied, at the device's subgroup size."""
+    `fold_constant_zero` applied, at the device's subgroup size."""
 
     device: Device
-    name: str = "interpreter (lavapipe's x * 0.0 = +0.0 modelled)"
+    name: str = "interpreter (lavapipe's x * 0.0 = 0.0 / x = +0.0 modelled)"
 
     def __post_init__(self) -> None:
         from loomcli.targets.profiles import with_overrides
@@ -80,7 +94,7 @@ class MulfByZeroModel:
 
     def compile(self, path: str, roots: Sequence[str], config: Sequence[str]) -> Module:
         module = compile_for(self.device.profile, path, roots, config)
-        self.folded = fold_mulf_by_zero(module)
+        self.folded = fold_constant_zero(module)
         return module
 
     def launcher(self, module: Module, path: str) -> Any:
@@ -92,19 +106,23 @@ class MulfByZeroModel:
         raise NotImplementedError("the model runs check cases only")
 
 
-def mulf_by_zero(judge: Judge, test: Test, device: Device, got: Sequence[bytes]) -> bool:
-    """lavapipe (Mesa 22.3.6, LLVM 15) makes `x * 0.0` +0.0 whenever the zero is
-    a constant when it compiles the shader: gallivm's lp_build_mul returns
-    zero for a constant zero operand, before any float control applies. So
-    (-2.0) * 0.0 is +0.0, not -0.0 (and NaN * 0.0 is +0.0, not NaN), though
-    the device reports shaderSignedZeroInfNanPreserveFloat16/32/64 and the
-    module declares SignedZeroInfNanPreserve (mulf_by_zero.loom; docs/spirv.md
-    lists it as driver-dependent). Confirmed per test: the interpreter runs
-    the module compiled for Vulkan with every mulf by a constant zero made
-    +0.0, and must then return every byte the device did."""
+def constant_zero(judge: Judge, test: Test, device: Device, got: Sequence[bytes]) -> bool:
+    """lavapipe (Mesa 22.3.6, LLVM 15) makes `x * 0.0` and `0.0 / x` +0.0
+    whenever the zero is a constant when it compiles the shader: gallivm's
+    lp_build_mul returns its zero for a constant zero operand, and
+    lp_build_div for a constant zero dividend, before any float control
+    applies. So (-2.0) * 0.0 and 0.0 / (-2.0) are +0.0, not -0.0 (and NaN *
+    0.0 is +0.0, not NaN), though the device reports
+    shaderSignedZeroInfNanPreserveFloat16/32/64 and the module declares
+    SignedZeroInfNanPreserve (mulf_by_zero.loom, divf_zero_dividend.loom;
+    docs/spirv.md lists it as driver-dependent). A zero is constant to
+    lavapipe after its own folding too: a splat of a zero constant, a lane
+    of a zero vector. Confirmed per test: the interpreter runs the module
+    compiled for Vulkan with each of those made +0.0, and must then return
+    every byte the device did."""
     if device.name != "vulkan" or test.program is not None:
         return False
-    model = MulfByZeroModel(device)
+    model = ConstantZeroModel(device)
     outcome = judge.run(test, model, test.text, {})
     return model.folded > 0 and not outcome.why and first_difference(test, got, outcome.outputs) is None
 
@@ -112,7 +130,7 @@ def mulf_by_zero(judge: Judge, test: Test, device: Device, got: Sequence[bytes])
 # name -> filter(judge, test, device, the device's tensors): True when the difference is that one.
 KNOWN_DIFFERENCES: dict[str, Callable[[Judge, Test, Device, Sequence[bytes]], bool]] = {
     "vulkan-subgroup-rows": subgroup_rows,
-    "lavapipe-mulf-by-zero": mulf_by_zero,
+    "lavapipe-constant-zero": constant_zero,
 }
 
 
