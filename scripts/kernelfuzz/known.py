@@ -44,17 +44,44 @@ def subgroup_rows(judge: Judge, test: Test, device: Device, got: Sequence[bytes]
 
 def _zero_constant(v: Any) -> bool:
     """A float zero constant once lavapipe's compiler has folded: a constant,
-    or a splat of one, or a lane of an all-zero vector constant."""
+    a splat of one, a lane of an all-zero vector constant, the bits of an
+    integer zero, or what a loop that never runs passes on of its inits."""
     op = getattr(v, "op", None)
     if op is None:
         return False
-    if op.name in ("vector.splat", "vector.extract"):
+    if op.name in ("vector.splat", "vector.extract", "scalar.bitcast"):
         return _zero_constant(op.operands[0])
+    if op.name == "scf.while":
+        init = _never_iterates(op, v.index)
+        return init is not None and _zero_constant(init)
     if op.name not in ("scalar.constant", "vector.constant"):
         return False
     value = op.attr("value")
     values = value if isinstance(value, list) else [value]
-    return all(isinstance(x, float) and x == 0.0 for x in values)
+    return all(x == 0 and not isinstance(x, bool) for x in values)
+
+
+def _never_true(v: Any) -> bool:
+    """A condition NIR folds to false: `x one x`, `x olt x`, `x ogt x`, or an `andi` with one."""
+    op = getattr(v, "op", None)
+    if op is None:
+        return False
+    if op.name == "scalar.cmpf":
+        return op.attr("predicate") in ("one", "olt", "ogt") and op.operands[0] is op.operands[1]
+    return op.name == "scalar.andi" and any(_never_true(x) for x in op.operands)
+
+
+def _never_iterates(loop: Any, k: int) -> Any:
+    """The init a `scf.while` passes on as its result `k` when its first
+    condition is never true (the loop is dead to a folding compiler), else None."""
+    before = loop.region("before")
+    cond = before.terminator
+    if cond is None or not _never_true(cond.operands[0]):
+        return None
+    passed = cond.operands[1 + k]
+    if passed in before.args:
+        return loop.operands[before.args.index(passed)]
+    return None
 
 
 def fold_constant_zero(module: Module) -> int:
