@@ -175,10 +175,12 @@ def main() -> None:
     ap.add_argument("--interpreter-size", type=int, default=None, metavar="M",
                     help="run the interpreter at M^3 and extrapolate to --size (default: --size)")
     ap.add_argument("--skip-matmul", action="store_true")
+    ap.add_argument("--skip-saxpy", action="store_true")
     args = ap.parse_args()
     runner = CpuRunner(parse_target("cpu:x86-64"))
     try:
-        loop_or_fibers(args.rounds, runner)
+        if not args.skip_saxpy:
+            loop_or_fibers(args.rounds, runner)
         if not args.skip_matmul:
             matmul(args.rounds, args.size, args.interpreter_size or args.size, runner)
     finally:
