@@ -96,7 +96,8 @@ class _Options:
 
 def _run(files: tuple[str, ...], device: str, linking: Linking, o: _Options) -> tuple[int, int, int]:
     """Test `files` on `device`: (cases passed, cases failed, files that did not compile)."""
-    from loomcli.check.session import Session, cpu_profile, interpreter_profile, open_device, vulkan_profile
+    from loomcli.check.session import Session, interpreter_profile, open_device, vulkan_profile
+    from loomcli.check.vulkan import VulkanRunner
 
     runner = None if device == "interpreter" else open_device(device, o.target)
     try:
@@ -104,14 +105,14 @@ def _run(files: tuple[str, ...], device: str, linking: Linking, o: _Options) -> 
             profile = interpreter_profile(o.target)
             if o.verbose:
                 click.echo(f"loom test: reference interpreter, profile {profile.name}", err=True)
-        elif device == "cpu":
-            profile = cpu_profile(o.target)
-            if o.verbose:
-                click.echo(f"loom test: {runner.describe()}", err=True)
-        else:
+        elif isinstance(runner, VulkanRunner):
             profile = vulkan_profile(o.target, runner)
             if o.verbose:
                 click.echo(f"loom test: {runner.info.describe()}, target {profile.name}", err=True)
+        else:   # the cpu device, for the cpu profile open_device checked
+            profile = runner.profile
+            if o.verbose:
+                click.echo(f"loom test: {runner.describe()}", err=True)
         session = Session(runner, profile, _ClickReporter(o.printer), o.quiet, o.max_steps, linking)
         session.run(files, [c.removeprefix("@") for c in o.cases],
                     None if o.bench is None else o.bench.removeprefix("@"))
