@@ -177,11 +177,33 @@ def test_benchmarks_run_the_kernels_loom_compile_writes(runner: VulkanRunner, tm
     assert session.passed == 1 and any(line.startswith("BENCH @timed") for line in out.lines), out.lines
     [(f, _)] = session._benchmarks(session.loaded, "")
     assert f.program is not None and f.program.probes and f.bench_program is not None
-    assert not f.bench_program.probes and f.bench_program.spirv != f.program.spirv
+    assert not f.bench_program.probes and f.bench_program.code != f.program.code
     spv = tmp_path / "k.spv"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     target = session.profile.name
     done = subprocess.run([sys.executable, "-m", "loomcli", "compile", str(path), "--target", target,
                            "-o", str(spv)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    assert spv.read_bytes() == f.bench_program.spirv
+    assert spv.read_bytes() == f.bench_program.code
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_the_cpu_device_reports_what_the_interpreter_reports(name: str, tmp_path: Path) -> None:
+    """The same instrumentation on the cpu device (the LLVM lowering, run natively)."""
+    from loomcli.check.cpu import CpuRunner
+    from loomcli.check.session import cpu_profile
+
+    body, start, message = FAULTS[name]
+    path = tmp_path / f"{name}.loom"
+    path.write_text(TEMPLATE.format(body=body, start=start))
+    _, interpreted = run(path, None)
+    cpu = CpuRunner(cpu_profile(None))
+    try:
+        out = Collect()
+        session = Session(cpu, cpu.profile, out, quiet=True)
+        session.run((str(path),), [], None)
+    finally:
+        cpu.close()
+    assert session.failed == 1 and out.lines == ["FAIL @c"], out.lines
+    assert [d.message for d in out.diags] == [message]
+    assert shown(out.diags) == shown(interpreted.diags)
