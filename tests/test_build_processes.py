@@ -98,7 +98,7 @@ def test_killed_and_interrupted_builds_then_rebuild_identically(tmp_path: Path) 
     assert outputs(project / "build" / "loom") == want
     assert strays(project) == []
     entries = list(Cache(str(cache)).entries())
-    assert entries and all(_verify(Path(p).read_bytes()) is not None for p, _, _ in entries)
+    assert entries and all(_verify(Path(p).read_bytes(), Path(p).name) is not None for p, _, _ in entries)
 
 
 def test_two_builds_sharing_one_cache_at_once(tmp_path: Path) -> None:
@@ -210,7 +210,7 @@ def test_a_worker_dying_mid_task_fails_only_its_item(tmp_path: Path) -> None:
         name: data for name, data in want.items() if not name.split("/")[-1].startswith("set1.")}
     assert strays(project) == []
     entries = list(Cache(str(cache)).entries())
-    assert entries and all(_verify(Path(p).read_bytes()) is not None for p, _, _ in entries)
+    assert entries and all(_verify(Path(p).read_bytes(), Path(p).name) is not None for p, _, _ in entries)
     started = {f.name.split("-")[1]: int(f.name.split("-")[2]) for f in hooks.glob("started-*")}
     assert sorted(started) == ["set0", "set1", "set2"] and len(set(started.values())) == 3
     events = {e["name"].split()[0]: e for e in json.loads(trace.read_text())["traceEvents"]}

@@ -23,6 +23,7 @@ PACKAGE = ROOT / "loomcli"
 # layer diagram, no package spans two layers.
 LAYERS = (
     "errors",       # LoomError, UsageError, exit codes, atomic_write
+    "settings",     # every environment value loom reads, validated
     "files",        # reading inputs (size limit, stdin), publishing outputs all or nothing
     "diagnostics",  # Diagnostic, CompileError, the catalogue of codes
     "cache",        # the content-addressed artifact cache

@@ -21,18 +21,18 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
+def _warn(message: str) -> None:
+    click.echo(f"loom: warning: {message}", err=True)
+
+
 def _cache() -> Cache:
-    import os
+    from loomcli import settings
+    from loomcli.cache import Cache
 
-    from loomcli.cache import DEFAULT_MAX_SIZE, Cache, default_root, parse_size
-
-    max_size = DEFAULT_MAX_SIZE
-    if os.environ.get("LOOM_CACHE_MAX_SIZE"):
-        try:
-            max_size = parse_size(os.environ["LOOM_CACHE_MAX_SIZE"])
-        except ValueError as e:
-            raise UsageError(f"LOOM_CACHE_MAX_SIZE: {e}") from None
-    return Cache(default_root(), max_size)
+    root = settings.cache_dir()
+    if root is None:
+        raise UsageError("no cache folder: set LOOM_CACHE_DIR (HOME is not an absolute path)")
+    return Cache(root, settings.cache_max_size(), warn=_warn)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,6 +47,9 @@ def stats(as_json: bool) -> int:
     from loomcli.cache import enabled
 
     c = _cache()
+    problem = c.trust_problem()
+    if problem is not None:
+        _warn(f"{problem}; builds do not use it")
     count, size = c.usage()
     totals = c.totals()
     if as_json:

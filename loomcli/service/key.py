@@ -51,10 +51,27 @@ def cache_key(request: CompileRequest) -> str:
         "llvm": llvm_version() if profile is not None and backend_for(profile).llvm else "",
         # NVIDIA's assembler writes the cubin: its version decides the bytes.
         "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
-        "profile": repr(profile) if profile is not None else "",
+        "profile": _stable(profile) if profile is not None else "",
         "request": header,
     }
     h = hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode())
     h.update(b"\0module\0")
     h.update(request.module)
     return h.hexdigest()
+
+
+def _stable(value: object) -> object:
+    """`value` as JSON that is the same in every process: a set's order (its
+    repr) follows string hashing, which differs per process, and once made
+    every `loom compile` miss the cache another process filled."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _stable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_stable(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, (list, tuple)):
+        return [_stable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _stable(v) for k, v in value.items()}
+    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)

@@ -1,0 +1,163 @@
+"""A build attacked from outside (issue 25): a hostile cache folder, a hostile
+environment, hostile project files, signals, faults. One section per
+numbered failure of the issue; each runs `loom` as a process, as a user or
+build system would, with a timeout wherever the old failure was a hang.
+Nothing depends on timing: a signal arrives at a counted event, a fault at
+a counted system call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_build import make_project, outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 300  # far above any of these builds; only a hang reaches it
+
+
+def env_for(cache: Path | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "CI", "LOOM_CACHE", "LOOM_DEBUG", "SOURCE_DATE_EPOCH", "LOOM_JOBS")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if cache is not None:
+        env["LOOM_CACHE_DIR"] = str(cache)
+    env.update(extra)
+    return env
+
+
+def loom(*argv: str, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", TIMEOUT)
+    return subprocess.run([sys.executable, "-m", "loomcli", *argv], env=env, **kw)
+
+
+def clean(r: subprocess.CompletedProcess) -> str:
+    """stderr of a run that did not crash."""
+    assert "Traceback" not in r.stderr and "internal" not in r.stderr, r.stderr
+    return r.stderr
+
+
+def item_keys(out: Path) -> dict[str, str]:
+    """item name -> its source key, from the state file."""
+    return {name: entry["key"] for name, entry in json.loads((out / ".loom-build.json").read_text())["items"].items()}
+
+
+def entry_of(cache: Path, key: str) -> Path:
+    return cache / "v1" / key[:2] / key
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Path, Path, dict[str, bytes]]:
+    """(project, cache, the outputs of a build without the cache) after one cached build."""
+    project = make_project(tmp_path / "p", sets=2, per_set=1, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"))
+    cache = tmp_path / "cache"
+    r = loom("build", str(project), "-q", "--no-cache", env=env_for(cache))
+    assert r.returncode == 0, r.stderr
+    want = outputs(project / "build" / "loom")
+    import shutil
+
+    shutil.rmtree(project / "build")
+    assert loom("build", str(project), "-q", env=env_for(cache)).returncode == 0
+    assert outputs(project / "build" / "loom") == want
+    return project, cache, want
+
+
+def cache_stats(cache: Path) -> dict[str, int]:
+    r = loom("cache", "stats", "--json", env=env_for(cache))
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def rebuild(project: Path, cache: Path, *argv: str) -> subprocess.CompletedProcess:
+    import shutil
+
+    shutil.rmtree(project / "build")
+    return loom("build", str(project), "-q", *argv, env=env_for(cache))
+
+
+# ---------------------------------------------------------------- 1, 2: planted cache entries
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+def test_1_2_planted_entries_neither_hang_nor_exhaust_a_build(built, plant: str) -> None:
+    """1: a FIFO at an entry's name blocked `loom build` forever; 2: a link to
+    /dev/zero grew memory until MemoryError. Both are now corrupt entries:
+    a miss, removed, counted, and the build's bytes are a fresh build's."""
+    project, cache, want = built
+    keys = item_keys(project / "build" / "loom")
+    for key in keys.values():
+        entry_of(cache, key).unlink()
+        if plant == "fifo":
+            os.mkfifo(entry_of(cache, key))
+        else:
+            os.symlink("/dev/zero", entry_of(cache, key))
+    r = rebuild(project, cache)
+    assert r.returncode == 0, clean(r)
+    assert outputs(project / "build" / "loom") == want
+    assert cache_stats(cache)["corrupt"] == len(keys)
+    assert all(entry_of(cache, k).is_file() and not entry_of(cache, k).is_symlink() for k in keys.values())
+
+
+def test_1_a_fifo_entry_does_not_hang_loom_compile(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    src = str(ROOT / "samples" / "saxpy.loom")
+    argv = ("compile", src, "--target", "spirv:vulkan1.3", "-o", str(tmp_path / "a.spv"))
+    assert loom(*argv, env=env_for(cache)).returncode == 0
+    [entry] = list(cache.glob("v1/*/*"))
+    entry.unlink()
+    os.mkfifo(entry)
+    r = loom(*argv, env=env_for(cache))
+    assert r.returncode == 0, clean(r)
+    assert entry.is_file()
+
+
+# ---------------------------------------------------------------- 3: damaged counters
+
+
+@pytest.mark.parametrize("content", ['{"hits": null}', "[1]", "1e400", "NaN", '{"hits": 1e400}'])
+def test_3_damaged_counters_never_fail_a_build_or_cache_stats(built, content: str) -> None:
+    project, cache, want = built
+    (cache / "stats.json").write_text(content)
+    r = rebuild(project, cache)
+    assert r.returncode == 0, clean(r)
+    assert r.stderr.count("warning") == 1 and "stats.json were damaged" in r.stderr
+    assert (project / "build" / "loom" / ".loom-build.json").is_file() and outputs(project / "build" / "loom") == want
+    (cache / "stats.json").write_text(content)
+    r = loom("cache", "stats", env=env_for(cache))
+    assert r.returncode == 0 and r.stderr.count("warning") == 1, clean(r)
+    assert cache_stats(cache)["entries"] == 4  # reset: read again without a warning
+
+
+# ---------------------------------------------------------------- 9: entries bound to their keys
+
+
+def test_9_swapped_entries_are_corrupt_not_each_other(built) -> None:
+    """Two entries swapped (a sync tool, a restore): each is a miss, never the
+    other kernel set's code object, launch config and manifest."""
+    project, cache, want = built
+    keys = item_keys(project / "build" / "loom")
+    a, b = entry_of(cache, keys["spirv-vulkan1.3/set0"]), entry_of(cache, keys["spirv-vulkan1.3/set1"])
+    raw_a, raw_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(raw_b)
+    b.write_bytes(raw_a)
+    r = rebuild(project, cache)
+    assert r.returncode == 0, clean(r)
+    assert outputs(project / "build" / "loom") == want
+    assert cache_stats(cache)["corrupt"] == 2
+
+
+def test_9_a_cache_folder_others_can_write_is_not_used(built) -> None:
+    project, cache, want = built
+    before = cache_stats(cache)
+    os.chmod(cache, 0o777)
+    r = rebuild(project, cache)
+    assert r.returncode == 0 and r.stderr.count("warning") == 1 and "writable by others" in r.stderr, clean(r)
+    assert outputs(project / "build" / "loom") == want
+    os.chmod(cache, 0o700)
+    assert cache_stats(cache) == before  # the refused folder was neither read nor written
