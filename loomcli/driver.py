@@ -49,11 +49,12 @@ class DiagnosticPrinter:
 
     def _source(self, path: str) -> str | None:
         if path not in self.sources:
+            from loomcli.files import read_file
+
             try:
-                with open(path, "rb") as f:
-                    data = f.read()
+                data = read_file(path)  # never a FIFO or /dev/zero, never unbounded: shown lines are a courtesy
                 self.sources[path] = None if data.startswith(b"LOOMBC") else data.decode("utf-8", "replace")
-            except OSError:
+            except (OSError, LoomError):
                 self.sources[path] = None
         return self.sources[path]
 

@@ -31,13 +31,15 @@ class UsageError(LoomError):
         super().__init__(message, EXIT_USAGE)
 
 
-def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
+def atomic_write(path: str, data: bytes, mode: int | None = None, own: bool = False) -> None:
     """Write `data` to `path` so that it appears complete or not at all (an
     anonymous or temporary file in the same folder, then a link or a rename):
     a failure or a kill never leaves a partial or stale output.
     Special files are written in place and symlinks through to their target:
-    see `write_outputs`, which also publishes several outputs all or nothing."""
-    write_outputs([(path, data)], mode=mode)
+    see `write_outputs`, which also publishes several outputs all or nothing.
+    `own`: a file only loom writes (its bookkeeping): whatever stands at
+    `path` (a link, a FIFO) is replaced, never followed or written into."""
+    write_outputs([(path, data)], mode=mode, own=own)
 
 
 # ---------------------------------------------------------------- publishing outputs
@@ -96,11 +98,25 @@ def _destination(path: str) -> tuple[str, bool, bool]:
     return real, not stat.S_ISREG(st.st_mode), True
 
 
+def _own_destination(path: str) -> tuple[str, bool, bool]:
+    """`_destination` for loom's own files: the path itself, replaced."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path, False, False
+    except OSError as e:
+        raise _io_error(e, path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    return path, False, True
+
+
 def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = (),
-                  mode: int | None = None) -> None:
+                  mode: int | None = None, own: bool = False) -> None:
     """Publish every `(path, data)` of one command, all or nothing (see the
     module docstring). `-` is standard output. `inputs` are the files the
-    command read; writing over one of them is a usage error."""
+    command read; writing over one of them is a usage error. `own`: see
+    `atomic_write`."""
     seen: dict[tuple[int, int] | str, str] = {}
     for path in inputs:
         if path != STDOUT:
@@ -114,7 +130,7 @@ def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = 
         if path == STDOUT:
             plan.append((path, path, True, True, data))
             continue
-        real, direct, exists = _destination(path)
+        real, direct, exists = _own_destination(path) if own else _destination(path)
         if not alone:
             key = _identity(real) or os.path.realpath(real)
             if key in seen and key not in outs:

@@ -1,10 +1,12 @@
 """Reading inputs and publishing outputs, for every command (click-free).
 
-Inputs: `read_input` reads a file, or standard input for `-`, up to
-`MAX_INPUT_BYTES` (64 MiB); a larger input is refused before it is read
-(regular files by their size, anything else - pipes, devices - after reading
-one byte past the limit), since parsing costs about 60 bytes of memory per
-input byte.
+Inputs: `read_input` reads a regular file, or standard input for `-`, up
+to `MAX_INPUT_BYTES` (64 MiB); a larger input is refused before it is read
+(a file by its size, standard input after reading one byte past the limit),
+since parsing costs about 60 bytes of memory per input byte. A named input
+that is a FIFO, a device or a socket is refused before it is opened for
+reading (`read_file`): a FIFO would wait for a writer, `/dev/zero` never
+ends; pipes come through `-`.
 
 Outputs: `write_outputs` (it lives in `loomcli.errors`, beside
 `atomic_write`, and is re-exported here) publishes all of a command's outputs
@@ -22,7 +24,7 @@ from typing import BinaryIO
 
 from loomcli.errors import EXIT_COMPILE, EXIT_ENV, LoomError, write_outputs
 
-__all__ = ["MAX_INPUT_BYTES", "finite_float", "read_input", "write_outputs"]
+__all__ = ["MAX_INPUT_BYTES", "finite_float", "read_file", "read_input", "write_outputs"]
 
 MAX_INPUT_BYTES = 64 << 20
 STDIN = "-"
@@ -30,19 +32,43 @@ STDIN = "-"
 
 def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of input `path` (`-`: standard input). Raises OSError for
-    I/O problems and LoomError (exit 1) for an input above `limit`."""
+    I/O problems and LoomError (exit 1) for an input above `limit` or one
+    that is not a regular file (see `read_file`)."""
     if path == STDIN:
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:
             raise LoomError("standard input is closed", EXIT_ENV)
         return _bounded(stream, "<stdin>", limit)
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(21, "Is a directory", path)
-        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
-            raise _too_large(path, limit)
-        return _bounded(f, path, limit)
+    return read_file(path, limit)
+
+
+def read_file(path: str, limit: int = MAX_INPUT_BYTES, shown: str | None = None) -> bytes:
+    """The bytes of the regular file `path` (symlinks followed), checked
+    before reading: a FIFO (whose open would wait for a writer), a device
+    (`/dev/zero` never ends), a socket or anything above `limit` is refused
+    (LoomError, exit 1; standard input is `-`). The check is made on the
+    path, then again on what was opened (without blocking), so a file
+    swapped meanwhile is caught too. `shown` names the file in messages."""
+    shown = path if shown is None else shown
+    _check_regular(os.stat(path), shown, limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        _check_regular(os.fstat(fd), shown, limit)
+        return _bounded(f, shown, limit)
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular(st: os.stat_result, shown: str, limit: int) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", shown)
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+        raise LoomError(f"{shown}: not a regular file ({kind}); standard input is `-`", EXIT_COMPILE)
+    if st.st_size > limit:
+        raise _too_large(shown, limit)
 
 
 def _bounded(stream: BinaryIO, shown: str, limit: int) -> bytes:

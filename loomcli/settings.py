@@ -8,16 +8,14 @@ mapping to read (default `os.environ`), so callers and tests can pass their
 own; nothing here caches a value, since a build changes `MAKEFLAGS` for the
 processes it starts.
 
-This module imports only `os` and `loomcli.errors`: the `loom` executable's
-first steps (the no-op check, the fork server's prestart) may use it.
+This module imports only `os` (`re` and `loomcli.errors` when needed): the
+`loom` executable's first steps (the no-op check, the fork server's
+prestart) may use it.
 """
 
 from __future__ import annotations
 
 import os
-import re
-
-from loomcli.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +45,12 @@ _OFF = ("0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
 
 
+def _usage(message: str) -> Exception:
+    from loomcli.errors import UsageError
+
+    return UsageError(message)
+
+
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
@@ -64,7 +68,7 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
         return False
     if text in _ON:
         return True
-    raise UsageError(f"{name}={_shown(text)}: expected one of {', '.join(_ON + _OFF)}")
+    raise _usage(f"{name}={_shown(text)}: expected one of {', '.join(_ON + _OFF)}")
 
 
 def cache_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -108,12 +112,11 @@ def _password_home() -> str | None:
         return None
 
 
-_SIZE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int:
     """`500M`, `2G`, `1.5GiB`, `4096` -> bytes (ValueError otherwise)."""
-    m = _SIZE.match(text)
+    import re
+
+    m = re.match(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*([kmgt]?)(?:i?b)?\s*$", text, re.IGNORECASE)
     if m is None:
         raise ValueError(f"not a size: {_shown(text)} (write e.g. 500M or 2G)")
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
@@ -130,7 +133,7 @@ def cache_max_size(environ: Mapping[str, str] | None = None) -> int:
     try:
         return parse_size(text)
     except ValueError as e:
-        raise UsageError(f"LOOM_CACHE_MAX_SIZE: {e}") from None
+        raise _usage(f"LOOM_CACHE_MAX_SIZE: {e}") from None
 
 
 # A larger worker count is clamped: no machine runs more workers usefully,
@@ -144,10 +147,10 @@ def jobs(environ: Mapping[str, str] | None = None) -> int | None:
     if not text:
         return None
     if not text.isdigit() or len(text) > 12:
-        raise UsageError(f"LOOM_JOBS={_shown(text)} is not a number")
+        raise _usage(f"LOOM_JOBS={_shown(text)} is not a number")
     n = int(text)
     if n < 1:
-        raise UsageError(f"LOOM_JOBS={text}: the job count must be at least 1")
+        raise _usage(f"LOOM_JOBS={text}: the job count must be at least 1")
     return min(n, MAX_JOBS)
 
 
@@ -169,7 +172,7 @@ def source_date_epoch(environ: Mapping[str, str] | None = None) -> int:
     if not text:
         return 0
     if not text.isascii() or not text.isdigit() or len(text) > 10 or int(text) > MAX_SOURCE_DATE_EPOCH:
-        raise UsageError(f"SOURCE_DATE_EPOCH={_shown(text)}: expected a whole number of seconds "
+        raise _usage(f"SOURCE_DATE_EPOCH={_shown(text)}: expected a whole number of seconds "
                          f"from 0 to {MAX_SOURCE_DATE_EPOCH}")
     return int(text)
 

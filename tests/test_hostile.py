@@ -308,8 +308,10 @@ def test_input_size_is_checked_before_reading(tmp_path: Path) -> None:
     with pytest.raises(LoomError, match="larger than") as e:
         read_input(str(big), limit=1024)
     assert e.value.exit_code == 1
-    r = loom("fmt", "/dev/zero")  # no size to check first: read up to the limit, then refuse
+    r = loom("fmt", "-", stdin=bytes(65 << 20))  # no size to check first: read up to the limit, then refuse
     assert r.returncode == 1 and b"input larger than the 64 MiB limit" in r.stderr
+    r = loom("fmt", "/dev/zero")  # a device is refused before a byte is read
+    assert r.returncode == 1 and b"/dev/zero: not a regular file (a device)" in r.stderr
 
 
 LOOP_CASE = """kernel.def @spin(%n: index) {

@@ -161,3 +161,112 @@ def test_9_a_cache_folder_others_can_write_is_not_used(built) -> None:
     assert outputs(project / "build" / "loom") == want
     os.chmod(cache, 0o700)
     assert cache_stats(cache) == before  # the refused folder was neither read nor written
+
+
+# ---------------------------------------------------------------- 7: globs never reach the build's outputs
+
+
+@pytest.mark.parametrize("pattern, argv", [
+    ("**/*.loom*", ()),                        # sources and bytecode, the last build's launch configs included
+    ("src/**/*", ("--out-dir", "src/out")),    # --out-dir inside the source folder
+    ("**/*.loom*", ("--package",)),            # dist/ too
+])
+def test_7_a_recursive_glob_never_matches_the_outputs(tmp_path: Path, pattern: str, argv: tuple[str, ...]) -> None:
+    """The first build passed and every later one failed (`... share the stem
+    saxpy.launch in one set`) or linked its own outputs back in. Outputs are
+    excluded from every glob and their folders are not listed, so a rebuild
+    is a no-op."""
+    project = tmp_path / "p"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "saxpy.loom").write_bytes((ROOT / "samples" / "saxpy.loom").read_bytes())
+    (project / "loom.toml").write_text(
+        '[project]\nname = "p"\nversion = "1"\n[build]\ntargets = ["spirv:vulkan1.3", "amdgpu:gfx1100"]\n'
+        f'[[kernels]]\nname = "saxpy"\nsrcs = ["{pattern}"]\n')
+    out = project / ("src/out" if "--out-dir" in argv else "build/loom")
+    argv = tuple(str(project / a) if a == "src/out" else a for a in argv)
+    first = loom("build", str(project), *argv, env=env_for(tmp_path / "cache"))
+    assert first.returncode == 0, clean(first)
+    want = outputs(out)
+    for _ in range(2):
+        again = loom("build", str(project), *argv, env=env_for(tmp_path / "cache"))
+        assert again.returncode == 0, clean(again)
+        assert "0 compiled, 0 cached, 2 up to date" in again.stdout and outputs(out) == want
+
+
+def test_7_a_glob_that_matches_only_outputs_is_refused(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    assert loom("build", str(project), "-q", env=env_for(None)).returncode == 0
+    toml = (project / "loom.toml").read_text() + '\n[[kernels]]\nname = "again"\nsrcs = ["build/**/*.loombc"]\n'
+    (project / "loom.toml").write_text(toml)
+    r = loom("build", str(project), env=env_for(None))
+    line = toml.splitlines().index('srcs = ["build/**/*.loombc"]') + 1
+    assert r.returncode == 1
+    assert f"loom.toml:{line}: [[kernels]] 'again': key `srcs`: 'build/**/*.loombc' " \
+           "matches only the build's own outputs" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- 12, 13: inputs bounded and typed
+
+
+@pytest.mark.parametrize("size", [70 << 20, 3 << 30])
+def test_12_a_source_over_the_input_limit_is_refused_before_reading(tmp_path: Path, size: int) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    with open(project / "k" / "set0" / "big.loom", "wb") as f:
+        f.truncate(size)  # sparse: no disk, and no memory unless it is read
+    r = loom("build", str(project), env=env_for(tmp_path / "cache"))
+    assert r.returncode == 1 and "k/set0/big.loom: input larger than the 64 MiB limit" in clean(r)
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge", "folder"])
+def test_13_the_project_file_is_bounded_and_typed(tmp_path: Path, kind: str) -> None:
+    """`loom build -f /dev/zero` printed a MemoryError traceback from the
+    no-op check; a FIFO loom.toml hung. Both the no-op check and the full
+    command now refuse them before reading."""
+    path = tmp_path / "loom.toml"
+    if kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(5 << 30)
+    else:
+        path.mkdir()
+    r = loom("build", "-f", str(path), str(tmp_path), env=env_for(tmp_path / "cache"))
+    assert r.returncode in (1, 2) and r.stderr.count("\n") == 1 and str(path) in clean(r), r.stderr
+
+
+def test_13_a_fifo_at_the_state_files_never_hangs(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    out = project / "build" / "loom"
+    assert loom("build", str(project), "-q", env=env_for(None)).returncode == 0
+    want = outputs(out)
+    for name in (".loom-build.json", ".loom-build.noop"):
+        (out / name).unlink(missing_ok=True)
+        os.mkfifo(out / name)
+    r = loom("build", str(project), "-q", env=env_for(None))
+    assert r.returncode == 0, clean(r)
+    assert outputs(out) == want and (out / ".loom-build.json").is_file()
+
+
+# ---------------------------------------------------------------- 14: output names checked at load
+
+
+@pytest.mark.parametrize("extra, line_of, message", [
+    ('[[command]]\nname = "set0.spv"\nsrcs = ["k/set0/*.loom"]\n', "set0.spv",
+     "[[command]] 'set0.spv': key `name`: its output folder `set0.spv` is also the output `set0.spv` of "
+     "[[kernels]] 'set0'"),
+    ('[[command]]\nname = "set0.manifest.json"\nsrcs = ["k/set0/*.loom"]\n', "set0.manifest.json",
+     "its output folder `set0.manifest.json` is also the output `set0.manifest.json`"),
+    ('[[kernels]]\nname = "SET0"\nsrcs = ["k/set0/*.loom"]\n', "SET0",
+     "[[kernels]] 'SET0': key `name`: its output `SET0.hsaco` is also the output `set0.hsaco` of [[kernels]] "
+     "'set0' on a file system that ignores case"),
+])
+def test_14_colliding_output_names_are_refused_at_load(tmp_path: Path, extra: str, line_of: str,
+                                                       message: str) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1, extra="\n" + extra)
+    lines = (project / "loom.toml").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text == f'name = "{line_of}"')
+    r = loom("build", str(project), env=env_for(None))
+    assert r.returncode == 1 and f"loom.toml:{line}: " in r.stderr and message in r.stderr, r.stderr
+    assert not (project / "build").exists()

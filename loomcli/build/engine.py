@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -408,7 +409,7 @@ class Build:
                 os.makedirs(out_dir, exist_ok=True)
                 # Compact: json's C encoder writes only without indent (the file is bookkeeping, not for people).
                 atomic_write(os.path.join(out_dir, STATE_FILE),
-                             (json.dumps(doc, separators=(",", ":")) + "\n").encode())
+                             (json.dumps(doc, separators=(",", ":")) + "\n").encode(), own=True)
         self._write_noop_record(self._noop_record())
         self.report.outputs = sorted(f"{i.folder[len(out_dir) + 1:].replace(os.sep, '/')}/{f}"
                                      for i in self.entries if _state_name(i) in state
@@ -420,18 +421,11 @@ class Build:
         from loomcli.build.noop import NOOP_FILE
 
         path = os.path.join(self.out_dir, NOOP_FILE)
-        try:
-            with open(path, "rb") as f:
-                if f.read() == data:
-                    return
-        except FileNotFoundError:
-            if data is None:
-                return
         if data is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        else:
-            atomic_write(path, data)
+        elif _read_bookkeeping(path) != data:
+            atomic_write(path, data, own=True)
 
     def _noop_record(self) -> bytes | None:
         """The stamps that let the same command, run again, see without parsing
@@ -672,8 +666,9 @@ class _SourceReader:
         content its key was computed from (edited during the build) stops the
         build rather than publish outputs under a key that does not describe them."""
         if rel not in self.data:
-            with open(self.project.path(rel), "rb") as f:
-                self.data[rel] = f.read()
+            from loomcli.files import read_file
+
+            self.data[rel] = read_file(self.project.path(rel), shown=self.shown(rel))  # 64 MiB, regular files
             known = self.file_digests.get(rel)
             if known is not None and hashlib.sha256(self.data[rel]).hexdigest() != known:
                 raise LoomError(f"{self.shown(rel)}: changed during the build; build again", 1)
@@ -781,14 +776,36 @@ def _load_state(out_dir: str) -> Document:
     """The state file's document (`items`, and the `inputs` and `compiler`
     records of the stat fast path); empty when missing or of another schema."""
     try:
-        with open(os.path.join(out_dir, STATE_FILE)) as f:
-            doc = json.load(f)
+        doc = json.loads(_read_bookkeeping(os.path.join(out_dir, STATE_FILE)) or b"null")
         if (doc.get("schema") == STATE_SCHEMA and isinstance(doc.get("items"), dict)
                 and isinstance(doc.get("inputs", {}), dict)):
             return dict(doc)
     except (OSError, ValueError, AttributeError):
         pass
     return {}
+
+
+# The state file and the no-op record are loom's own, but anything in the
+# out-dir may have been replaced: read only as regular files, without
+# blocking, up to this size (far above any project's).
+MAX_BOOKKEEPING_BYTES = 64 << 20
+
+
+def _read_bookkeeping(path: str) -> bytes | None:
+    """The bytes of a state or record file; None when it is missing, not a
+    regular file or too large (the build then starts from nothing)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BOOKKEEPING_BYTES:
+            return None
+        data = f.read(MAX_BOOKKEEPING_BYTES + 1)
+    return data if len(data) <= MAX_BOOKKEEPING_BYTES else None
 
 
 def _up_to_date(item: Item | CommandItem, state: State) -> StateEntry | None:
@@ -810,16 +827,30 @@ def _up_to_date(item: Item | CommandItem, state: State) -> StateEntry | None:
         path = os.path.join(item.folder, name)
         try:
             digest, size, mtime = recorded
-            st = os.stat(path)
-            if st.st_size == size and st.st_mtime_ns == mtime:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:  # a link, a FIFO, another file: rebuild
+                return None
+            if st.st_mtime_ns == mtime:
                 continue
-            with open(path, "rb") as f:
-                if hashlib.sha256(f.read()).hexdigest() != digest:
-                    return None
+            if _file_digest(path, size) != digest:
+                return None
             restat[name] = [digest, st.st_size, st.st_mtime_ns]
         except (OSError, ValueError, TypeError):
             return None
     return {**entry, "files": {**files, **restat}} if restat else entry
+
+
+def _file_digest(path: str, size: int) -> str | None:
+    """The sha256 of a regular file of `size` bytes (read in pieces), or None."""
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return None
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _clean_strays(out_dir: str) -> None:

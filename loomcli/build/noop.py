@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 NOOP_FILE = ".loom-build.noop"
 MAGIC = "loom-noop-1"
 MAX_RECORD_BYTES = 64 << 20  # far above any real project's; a larger file is not read
+# A project file is a few kilobytes; a larger one is refused before it is
+# read (here: not answered; `loomcli.build.project` says why).
+MAX_PROJECT_FILE_BYTES = 4 << 20
 
 _CHOICES = {"--progress": ("auto", "rich", "plain", "none"), "--jobserver-style": ("fifo", "pipe"),
             "--diagnostics": ("text", "json")}
@@ -166,12 +169,12 @@ def _verify(directory: str, options: dict[str, str], targets: tuple[str, ...]) -
     if given is not None:
         out_dir = os.path.abspath(given)
     else:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-        out_dir = os.path.join(root, *_out_dir_of(text).split("/"))
-    with open(os.path.join(out_dir, NOOP_FILE), "rb") as f:
-        data = f.read(MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
+        text = _read_regular(path, MAX_PROJECT_FILE_BYTES)
+        if text is None:
+            return None
+        out_dir = os.path.join(root, *_out_dir_of(text.decode("utf-8", "replace")).split("/"))
+    data = _read_regular(os.path.join(out_dir, NOOP_FILE), MAX_RECORD_BYTES)
+    if data is None:
         return None
     tokens = data.decode("utf-8", "surrogateescape").split("\0")
     from loomcli import __version__
@@ -199,6 +202,23 @@ def _verify(directory: str, options: dict[str, str], targets: tuple[str, ...]) -
         else:
             return None
     return Summary(name, version, int(items), int(target_count))
+
+
+def _read_regular(path: str, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most `limit` bytes, else None: a
+    FIFO is opened without waiting for a writer and never read, `/dev/zero`
+    and a huge file are not read (the full command says what is wrong)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
 
 
 def _llvm_version_file() -> str | None:

@@ -18,7 +18,9 @@ import os
 import tarfile
 from collections.abc import Mapping, Sequence
 
+from loomcli import settings
 from loomcli.errors import atomic_write
+from loomcli.files import read_file
 
 PACKAGE_SCHEMA = 1
 _FORMATS = {".hsaco": "amdgpu-hsaco", ".spv": "spirv-binary", ".ptx": "nvptx-ptx", ".cubin": "nvptx-cubin",
@@ -52,9 +54,11 @@ def _exports(name: str, files: Mapping[str, bytes]) -> list[str]:
 
 
 def package_bytes(name: str, version: str, loom_version: str, targets: Sequence[str],
-                  files: Mapping[str, bytes]) -> bytes:
-    """The package of `files` (out-dir-relative `/` paths -> bytes)."""
-    mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0)
+                  files: Mapping[str, bytes], mtime: int | None = None) -> bytes:
+    """The package of `files` (out-dir-relative `/` paths -> bytes); every
+    entry's mtime is `mtime`, else `SOURCE_DATE_EPOCH` (`loomcli.settings`)."""
+    if mtime is None:
+        mtime = settings.source_date_epoch()
     artifacts = []
     for path in sorted(files):
         data = files[path]
@@ -84,13 +88,17 @@ def package_bytes(name: str, version: str, loom_version: str, targets: Sequence[
 
 
 def write_package(dist: str, name: str, version: str, loom_version: str, targets: Sequence[str],
-                  out_dir: str, outputs: Sequence[str]) -> str:
+                  out_dir: str, outputs: Sequence[str], mtime: int | None = None) -> str:
     """Package `outputs` (paths relative to `out_dir`) into `dist/`; returns the package path."""
     files = {}
     for rel in outputs:
-        with open(os.path.join(out_dir, *rel.split("/")), "rb") as f:
-            files[rel] = f.read()
+        files[rel] = read_file(os.path.join(out_dir, *rel.split("/")), OUTPUT_LIMIT)
     os.makedirs(dist, exist_ok=True)
     path = os.path.join(dist, f"{name}-{version}.loompkg.tar.gz")
-    atomic_write(path, package_bytes(name, version, loom_version, targets, files))
+    atomic_write(path, package_bytes(name, version, loom_version, targets, files, mtime))
     return path
+
+
+# Outputs are read back to be packaged: regular files only, each bounded
+# like a cache entry (`loomcli.cache.MAX_ENTRY_BYTES`).
+OUTPUT_LIMIT = 256 << 20

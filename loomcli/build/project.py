@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from loomcli.build.noop import MAX_PROJECT_FILE_BYTES
 from loomcli.errors import LoomError
 from loomcli.files import finite_float
 from loomcli.service.fingerprint import stat_stamp
@@ -165,6 +166,12 @@ class _Reader:
         self.at = _Locator(text)
         self.now_ns = time.time_ns()
         self.folder_stamps: dict[str, list[int] | None] = {}  # absolute folder -> stat stamp
+        self.outputs: tuple[str, ...] = ()  # real paths of the folders loom writes (out-dir, dist/)
+
+    def is_output(self, real: str) -> bool:
+        """Whether a real path is in a folder the build writes: its own
+        outputs are never its sources."""
+        return any(real == out or real.startswith(out + os.sep) for out in self.outputs)
 
     def fail(self, line: int, where: str, message: str) -> LoomError:
         return LoomError(f"{self.file}:{line}: {where}: {message}", 1)
@@ -234,8 +241,12 @@ class _Reader:
             rel = self.inside(pattern, line, shown, "srcs")
             self.stamp_listed_folders(rel)
             matches = sorted(glob.glob(os.path.join(self.root, *rel.split("/")), recursive=True))
-            matches = [m for m in matches if self.regular_file_inside(m, line, shown, pattern)]
+            files = [m for m in matches if self.regular_file_inside(m, line, shown, pattern)]
+            matches = [m for m in files if not self.is_output(self.real_file(m))]
             if not matches:
+                if files:
+                    raise self.fail(line, shown, f"key `srcs`: {pattern!r} matches only the build's own outputs "
+                                    f"(under the out-dir or dist/), which are never sources")
                 raise self.fail(line, shown, f"key `srcs`: {pattern!r} matches no file")
             for m in matches:
                 found.setdefault(m[len(prefix):].replace(os.sep, "/"), None)
@@ -274,6 +285,9 @@ class _Reader:
             self.folder_stamps[folder] = stat_stamp(st, self.now_ns)
             if not hidden:
                 dirs[:] = [d for d in dirs if not d.startswith(".")]
+            # The build's outputs change at every build and are never sources:
+            # not listed, so a rebuild with no source change stays a no-op.
+            dirs[:] = [d for d in dirs if not self.is_output(self.real_folder(os.path.join(folder, d)))]
         if top not in self.folder_stamps:  # missing: glob lists nothing, and neither may the next build
             self.stamp_folder(top)
 
@@ -303,6 +317,12 @@ class _Reader:
             self.contained(path, line, shown, "srcs", pattern)
         return True
 
+    def real_file(self, path: str) -> str:
+        """The real path of a file under the project (cheap: see `real_folder`)."""
+        if os.path.islink(path):
+            return os.path.realpath(path)
+        return os.path.join(self.real_folder(os.path.dirname(path)), os.path.basename(path))
+
     def real_folder(self, folder: str) -> str:
         """`os.path.realpath` of a folder at or under the project root, built
         from its parent's (one lstat per folder instead of one per path
@@ -317,6 +337,27 @@ class _Reader:
                 real = os.path.join(self.real_folder(parent), os.path.basename(folder))
             self.real_folders[folder] = real
         return real
+
+
+def _check_output_names(r: _Reader, sections: dict[str, list[Any]]) -> None:
+    """Every set's outputs in a target folder (a kernel set's code object, for
+    any family, launch config and manifest; a command's folder) must be
+    distinct, also on a file system that ignores case: `name = "blas.hsaco"`
+    for a [[command]] made every build fail on writing `blas.hsaco`."""
+    from loomcli.emit import BACKENDS
+
+    suffixes = sorted({b.suffix for b in BACKENDS.values()} | {".launch.loombc", ".manifest.json"})
+    owners: dict[str, tuple[str, str, str]] = {}  # casefolded output -> (kind, set name, output)
+    for kind, what in (("kernels", "output"), ("command", "output folder")):
+        for i, n, *_ in sections[kind]:
+            outputs = [n + suffix for suffix in suffixes] if kind == "kernels" else [n]
+            for output in outputs:
+                other = owners.setdefault(output.casefold(), (kind, n, output))
+                if other[:2] != (kind, n):
+                    case = "" if other[2] == output else " on a file system that ignores case"
+                    raise r.fail(r.at.line(kind, i, "name"), f"[[{kind}]] {n!r}",
+                                 f"key `name`: its {what} `{output}` is also the output `{other[2]}` of "
+                                 f"[[{other[0]}]] {other[1]!r}{case}")
 
 
 def _check_config_values(r: _Reader, config: dict[str, Any], table: tuple[str, int | None] = ("config", None),
@@ -338,16 +379,16 @@ def _check_config_values(r: _Reader, config: dict[str, Any], table: tuple[str, i
                          f"key `{key}`: a TOML date or time is no Loom literal")
 
 
-def load_project(folder: str, file: str | None = None) -> Project:
-    """Read and validate `folder/loom.toml` (or `file`)."""
+def load_project(folder: str, file: str | None = None, out_dir_option: str | None = None) -> Project:
+    """Read and validate `folder/loom.toml` (or `file`). `out_dir_option` is the
+    build's `--out-dir`, when given: no `srcs` glob matches in it (nor in the
+    project's out-dir or `dist/`)."""
     path = file if file is not None else os.path.join(folder, "loom.toml")
     root = os.path.abspath(os.path.dirname(path) if file is not None else folder)
     shown = _shown(path)
     now_ns = time.time_ns()
     try:
-        with open(path, "rb") as f:
-            file_stamp = stat_stamp(os.fstat(f.fileno()), now_ns)
-            data = f.read()
+        file_stamp, data = _read_project_file(path, shown, now_ns)
     except FileNotFoundError:
         raise LoomError(f"{shown}: no such file (a project needs a loom.toml)", 2) from None
     text = data.decode("utf-8", "replace")
@@ -383,6 +424,9 @@ def load_project(folder: str, file: str | None = None) -> Project:
         raise r.fail(r.at.line("build", None, "out-dir"), "[build]", "key `out-dir`: must name a folder")
     r.contained(os.path.join(root, *out_dir.split("/")), r.at.line("build", None, "out-dir"), "[build]", "out-dir",
                 out_dir)
+    r.outputs = tuple(os.path.realpath(p) for p in (
+        os.path.join(root, *out_dir.split("/")), os.path.join(root, "dist"),
+        *([os.path.abspath(out_dir_option)] if out_dir_option is not None else [])))
     pipeline = r.string(build, "pipeline", ("build", None, "[build]"), default="default")
     fmt = r.string(package, "format", ("package", None, "[package]"), default="tar.gz")
     if fmt != "tar.gz":
@@ -411,6 +455,7 @@ def load_project(folder: str, file: str | None = None) -> Project:
                     raise r.fail(r.at.line(kind, i, "roots"), shown_entry,
                                  f"key `roots`: {root_name!r} is not a symbol (write \"@name\")")
             sections[kind].append((i, n, srcs, libs, roots))
+    _check_output_names(r, sections)
     libs_known = names["library"]
     for kind, entries in sections.items():
         for i, n, _, libs, _ in entries:
@@ -464,6 +509,30 @@ def _test_sets(r: _Reader, doc: dict[str, Any], names: dict[str, set[str]]) -> t
                              f"key `devices`: {d!r} is not a device ({', '.join(TEST_DEVICES)})")
         sets.append(TestSet(n, srcs, tuple(dict.fromkeys(libs)), dict(config), tuple(dict.fromkeys(devices))))
     return tuple(sets)
+
+
+def _read_project_file(path: str, shown: str, now_ns: int) -> tuple[list[int] | None, bytes]:
+    """(its stat stamp, its bytes): a regular file of at most
+    MAX_PROJECT_FILE_BYTES, checked before reading (`-f /dev/zero`, a FIFO)."""
+    st = os.stat(path)
+    _check_project_file(st, shown)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        _check_project_file(st, shown)
+        data = f.read(MAX_PROJECT_FILE_BYTES + 1)
+    if len(data) > MAX_PROJECT_FILE_BYTES:
+        _check_project_file(None, shown)
+    return stat_stamp(st, now_ns), data
+
+
+def _check_project_file(st: os.stat_result | None, shown: str) -> None:
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise LoomError(f"{shown}: is a folder, not a project file", 2)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise LoomError(f"{shown}: not a regular file", 2)
+    if st is None or st.st_size > MAX_PROJECT_FILE_BYTES:
+        raise LoomError(f"{shown}: larger than the {MAX_PROJECT_FILE_BYTES >> 20} MiB limit of a project file", 1)
 
 
 def _shown(path: str) -> str:

@@ -35,7 +35,11 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
 
     if not os.path.isdir(directory):
         raise UsageError(f"{directory}: not a folder")
-    project = load_project(directory, toml_file)
+    from loomcli import settings
+
+    # Read before the build, not after it: a bad value is a usage error, at once.
+    mtime = settings.source_date_epoch() if package else None
+    project = load_project(directory, toml_file, out_dir)
     printer = DiagnosticPrinter(diagnostics_format)
     progress = make_progress(choose(progress_mode, quiet), f"loom build {project.name} {project.version}")
     warned: set[str] = set()
@@ -63,7 +67,7 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
         from loomcli.build.package import write_package
 
         path = write_package(os.path.join(project.root, "dist"), project.name, project.version, __version__,
-                             report.targets, report.out_dir, report.outputs)
+                             report.targets, report.out_dir, report.outputs, mtime)
         if not quiet:
             from loomcli.frontend import display_path
 

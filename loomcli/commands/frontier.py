@@ -110,7 +110,8 @@ def _compile(options: FrontierOptions, profile: Profile, jobs: int | None, print
 def _print(path: str) -> int:
     from loomcli.frontier.loomcmd import print_command, read_command
 
-    with open(path, "rb") as f:
-        data = f.read()
+    from loomcli.files import read_input
+
+    data = read_input(path)
     click.echo(print_command(read_command(data, path)), nl=False)
     return 0
