@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from loomcli import __version__
+from loomcli.errors import Interrupted
 
 # name -> "module:function"; the module is imported only when the command runs.
 COMMANDS: dict[str, str] = {
@@ -46,6 +47,20 @@ class LazyGroup(click.Group):
         import importlib
 
         return getattr(importlib.import_module(module_name), attr)
+
+    # click answers a KeyboardInterrupt with a blank line and Abort; loom's is
+    # one line, `loom: error: interrupted` (exit 130), whenever it comes.
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing short help would import every command; the summaries live here instead.

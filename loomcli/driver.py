@@ -8,13 +8,13 @@ the details).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from loomcli import settings
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.errors import EXIT_COMPILE, EXIT_ENV, EXIT_OK, EXIT_USAGE, LoomError, UsageError, atomic_write
 
@@ -95,7 +95,7 @@ class _ClosedStdout:
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> Any:
-    debug = os.environ.get("LOOM_DEBUG") not in (None, "", "0")
+    debug = settings.debug()
     args = list(argv if argv is not None else sys.argv[1:])
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()

@@ -21,15 +21,40 @@ def main(argv: Sequence[str] | None = None) -> Any:
     """Run one command. As the program (no `argv`) the process then ends
     without the interpreter's finalization; a caller that passes `argv`, or
     a run under a profiler or tracer, gets `SystemExit` as from any click
-    program."""
+    program.
+
+    As the program, Ctrl-C is `loom: error: interrupted`, exit 130, from
+    this first line to the last: during start-up (before the command line
+    is even read) as while a build runs, and while the process ends (exit
+    handlers finish first). The audit event `loom.main` marks the point
+    from which that holds (tests send SIGINT at counted events after it)."""
     if argv is not None or sys.gettrace() is not None or sys.getprofile() is not None:
         # a caller, a profiler or coverage wants the ordinary exit (their reports are written at it)
         return _run(list(sys.argv[1:] if argv is None else argv))
+    import _signal
+
+    _signal.signal(_signal.SIGINT, _on_interrupt)
+    sys.audit("loom.main")
     try:
-        _run(sys.argv[1:])
-    except SystemExit as e:
-        _end(e.code)
-    _end(0)
+        try:
+            _run(sys.argv[1:])
+        except SystemExit as e:
+            _end(e.code)
+        _end(0)
+    except KeyboardInterrupt:  # anywhere the command line's own handling does not reach
+        _end(130, interrupted=True)
+
+
+_ending = [False, False]  # [the process is ending, Ctrl-C came meanwhile]
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """SIGINT: KeyboardInterrupt (every layer cleans up on its way out), but
+    noted, not raised, once the process is ending."""
+    if _ending[0]:
+        _ending[1] = True
+        return
+    raise KeyboardInterrupt
 
 
 def _run(args: list[str]) -> Any:
@@ -119,7 +144,13 @@ def _prestart_workers(args: list[str]) -> None:
 
     if not hasattr(os, "sched_getaffinity"):  # not Linux: no fork server (`forkserver.available`)
         return
-    jobs = os.environ.get("LOOM_JOBS", "").strip() or None
+    from loomcli import settings
+
+    try:
+        n = settings.jobs()
+    except Exception:  # a bad LOOM_JOBS: the command says what is wrong; nothing to warm up for it
+        return
+    jobs = None if n is None else str(n)
     for i, arg in enumerate(args):  # the last -j wins, as in click
         if arg in ("-j", "--jobs") and i + 1 < len(args):
             jobs = args[i + 1]
@@ -136,12 +167,14 @@ def _prestart_workers(args: list[str]) -> None:
     spawn.prestart(BUILD_PRELOAD)
 
 
-def _end(code: object) -> NoReturn:
+def _end(code: object, interrupted: bool = False) -> NoReturn:
     """Exit with `code` as `sys.exit` would, minus the interpreter's
     finalization: freeing every object of a build one by one costs 30 to
     40 ms after its work is done, at every loom run. Exit handlers still
     run (temporary folders, the shared LLVM worker) and output is flushed;
-    every file loom writes is closed before its command returns."""
+    every file loom writes is closed before its command returns. A Ctrl-C
+    meanwhile waits for them, then makes the exit 130."""
+    _ending[0] = True
     import atexit
     import os
 
@@ -153,6 +186,14 @@ def _end(code: object) -> NoReturn:
         print(code, file=sys.stderr)
         status = 1
     atexit._run_exitfuncs()
+    if (interrupted or _ending[1]) and status != 130:
+        status = 130
+        interrupted = True
+    if interrupted:
+        try:
+            print("loom: error: interrupted", file=sys.stderr)
+        except (OSError, ValueError, AttributeError):  # no stderr to say it on
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

@@ -9,10 +9,11 @@ the command line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 EXIT_OK, EXIT_COMPILE, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
@@ -29,6 +30,16 @@ class LoomError(Exception):
 class UsageError(LoomError):
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_USAGE)
+
+
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(LoomError):
+    """Ctrl-C (or SIGTERM) once a command has cleaned up: `loom: error: interrupted`, exit 130."""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted", EXIT_INTERRUPTED)
 
 
 def atomic_write(path: str, data: bytes, mode: int | None = None, own: bool = False) -> None:
@@ -112,11 +123,44 @@ def _own_destination(path: str) -> tuple[str, bool, bool]:
 
 
 def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = (),
-                  mode: int | None = None, own: bool = False) -> None:
+                  mode: int | None = None, own: bool = False, distinct: bool = False) -> None:
     """Publish every `(path, data)` of one command, all or nothing (see the
     module docstring). `-` is standard output. `inputs` are the files the
     command read; writing over one of them is a usage error. `own`: see
-    `atomic_write`."""
+    `atomic_write`. `distinct`: the caller knows the outputs are distinct
+    files and none is an input (`loom build`'s names, checked at load), so
+    they are not compared. Ctrl-C and SIGTERM wait until the outputs are
+    out (`interrupts_held`)."""
+    with interrupts_held():
+        _write_outputs(outputs, inputs, mode, own, distinct)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM off meanwhile (in the main thread, where
+    Python runs signal handlers; elsewhere nothing changes), then deliver
+    the first that came to the handler that was there: publishing a set of
+    outputs is never cut in two by an interrupt."""
+    import signal
+
+    caught: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    try:
+        old = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in wanted}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def _write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str], mode: int | None, own: bool,
+                   distinct: bool) -> None:
     seen: dict[tuple[int, int] | str, str] = {}
     for path in inputs:
         if path != STDOUT:
@@ -125,7 +169,7 @@ def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = 
     outs: set[tuple[int, int] | str] = set()
     # One output and no inputs can clash with nothing: no identity to compute
     # (a realpath per new file, which a build of many outputs felt).
-    alone = len(outputs) == 1 and not seen
+    alone = distinct or (len(outputs) == 1 and not seen)
     for path, data in outputs:
         if path == STDOUT:
             plan.append((path, path, True, True, data))

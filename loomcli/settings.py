@@ -178,9 +178,21 @@ def source_date_epoch(environ: Mapping[str, str] | None = None) -> int:
 
 
 def makeflags(environ: Mapping[str, str] | None = None) -> str | None:
-    """MAKEFLAGS as make passed it (`loomcli.jobs.spawn.parse_makeflags` reads it; what
-    it names is checked when opened: `loomcli.jobs.jobserver`)."""
+    """MAKEFLAGS as make passed it (`loomcli.runtime.spawn.parse_makeflags` reads it; what
+    it names is checked when opened: `loomcli.runtime.jobserver`)."""
     return _env(environ).get("MAKEFLAGS")
+
+
+def ptxas(environ: Mapping[str, str] | None = None) -> str | None:
+    """PTXAS, or None when unset or empty (`loomcli.emit.nvptx.ptxas` checks it is an executable)."""
+    return _env(environ).get("PTXAS") or None
+
+
+def plain_terminal(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether progress must be plain lines even in a terminal: CI set (not
+    empty), or TERM=dumb."""
+    env = _env(environ)
+    return bool(env.get("CI")) or env.get("TERM") == "dumb"
 
 
 def tmpdir(environ: Mapping[str, str] | None = None) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,224 @@ def test_14_colliding_output_names_are_refused_at_load(tmp_path: Path, extra: st
     r = loom("build", str(project), env=env_for(None))
     assert r.returncode == 1 and f"loom.toml:{line}: " in r.stderr and message in r.stderr, r.stderr
     assert not (project / "build").exists()
+
+
+# ---------------------------------------------------------------- 4 and the environment: validated where read
+
+
+@pytest.mark.parametrize("value", ["abc", "1e9", "-1", "4294967296", "99999999999999999999", " 1.5", "0x10", "١٢"])
+def test_4_a_bad_source_date_epoch_is_a_usage_error_before_the_build(tmp_path: Path, value: str) -> None:
+    """It was `loom: error: internal: ...` after the whole build."""
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    r = loom("build", str(project), "--package", env=env_for(tmp_path / "cache", SOURCE_DATE_EPOCH=value))
+    assert r.returncode == 2 and r.stderr.startswith("loom: error: SOURCE_DATE_EPOCH=") and \
+        r.stderr.count("\n") == 1, r.stderr
+    assert not (project / "build").exists() and not (project / "dist").exists()
+
+
+@pytest.mark.parametrize("value, mtime", [("", 0), ("0", 0), ("1700000000", 1700000000), ("4294967295", 4294967295)])
+def test_4_good_source_date_epochs(tmp_path: Path, value: str, mtime: int) -> None:
+    import tarfile
+
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    r = loom("build", str(project), "-q", "--package", env=env_for(tmp_path / "cache", SOURCE_DATE_EPOCH=value))
+    assert r.returncode == 0, clean(r)
+    with tarfile.open(project / "dist" / "p-1.0.loompkg.tar.gz") as tar:
+        assert {m.mtime for m in tar.getmembers()} == {mtime}
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("LOOM_JOBS", "many", "LOOM_JOBS='many' is not a number"),
+    ("LOOM_JOBS", "0", "LOOM_JOBS=0: the job count must be at least 1"),
+    ("LOOM_JOBS", "-3", "LOOM_JOBS='-3' is not a number"),
+    ("LOOM_CACHE", "maybe", "LOOM_CACHE='maybe': expected one of"),
+    ("LOOM_CACHE_MAX_SIZE", "lots", "LOOM_CACHE_MAX_SIZE: not a size: 'lots'"),
+    ("LOOM_CACHE_MAX_SIZE", "1e400G", "LOOM_CACHE_MAX_SIZE: not a size"),
+    ("LOOM_CACHE_MAX_SIZE", "9" * 400, "LOOM_CACHE_MAX_SIZE: not a size"),
+])
+def test_bad_environment_values_are_one_line_naming_them(tmp_path: Path, name: str, value: str, message: str) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    for argv in (("build", str(project)), ("compile", str(ROOT / "samples" / "saxpy.loom"), "--target",
+                                             "spirv:vulkan1.3", "-o", str(tmp_path / "a.spv"))):
+        r = loom(*argv, env=env_for(tmp_path / "cache", **{name: value}))
+        assert r.returncode == 2 and r.stderr == f"loom: error: {message}" + r.stderr.split(message, 1)[1], r.stderr
+        assert r.stderr.count("\n") == 1
+    assert not (project / "build").exists() and not (tmp_path / "a.spv").exists()
+
+
+@pytest.mark.parametrize("extra", [
+    {"LOOM_JOBS": "99999999999"},                  # clamped to 4096
+    {"LOOM_CACHE": "OFF"}, {"LOOM_CACHE": " yes "},
+    {"LOOM_CACHE_DIR": ""},                        # empty: unset (the XDG default below)
+    {"XDG_CACHE_HOME": "relative/cache"},          # relative: ignored, as the XDG specification says
+    {"HOME": "not/absolute", "XDG_CACHE_HOME": ""},  # the password database's home instead
+    {"TMPDIR": "/no/such/folder"},                 # the workers' stderr files go to /tmp
+    {"COLUMNS": "100000000"}, {"COLUMNS": "-5"}, {"COLUMNS": "abc"}, {"NO_COLOR": "1"}, {"TERM": "dumb"},
+    {"LOOM_DEBUG": "yes please"}, {"SOURCE_DATE_EPOCH": "garbage"},  # read only with --package
+])
+def test_clamped_or_ignored_environment_values_still_build(tmp_path: Path, extra: dict[str, str]) -> None:
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    env = env_for(None, **extra)
+    if "LOOM_CACHE_DIR" not in extra and "HOME" not in extra and "XDG_CACHE_HOME" not in extra:
+        env["LOOM_CACHE_DIR"] = str(tmp_path / "cache")
+    if "HOME" in extra or "XDG_CACHE_HOME" in extra or "LOOM_CACHE_DIR" in extra:
+        env.pop("LOOM_CACHE_DIR", None)
+        env["LOOM_CACHE"] = "0"  # the folders named exist, but the test must not fill the user's cache
+    r = loom("build", str(project), "--progress", "rich", env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "warning" not in r.stderr, clean(r)
+
+
+def test_the_cache_folder_each_setting_names(tmp_path: Path) -> None:
+    from loomcli import settings
+
+    assert settings.cache_dir({"LOOM_CACHE_DIR": "rel/c"}) == os.path.abspath("rel/c")
+    assert settings.cache_dir({"XDG_CACHE_HOME": "/x", "HOME": "/h"}) == "/x/loom"
+    assert settings.cache_dir({"XDG_CACHE_HOME": "x", "HOME": "/h"}) == "/h/.cache/loom"
+    import pwd
+
+    assert settings.cache_dir({"HOME": ""}) == os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "loom")
+
+
+# ---------------------------------------------------------------- 5: Ctrl-C from the first instruction to the last
+
+# A `sitecustomize` that sends SIGINT at the K-th audit event of the main
+# thread after `loom.main` (imports, opens, renames, process starts, ...):
+# deterministic points from the start of `loomcli.entry.main` to its end,
+# with no timing. K = 0 only counts, written to LOOM_TEST_EVENTS at exit.
+SIGINT_AT = '''
+import _signal, _thread, os, sys
+
+_at = int(os.environ.get("LOOM_TEST_SIGINT_AT", "0"))
+_main = _thread.get_ident()
+_seen = [False, 0]
+
+
+def _count():
+    with open(os.environ["LOOM_TEST_EVENTS"], "w") as f:
+        f.write(str(_seen[1]))
+
+
+def _hook(event, args):
+    if event == "loom.main" and not _seen[0]:
+        _seen[0] = True
+        if not _at:
+            import atexit
+            atexit.register(_count)
+        return
+    if not _seen[0] or _thread.get_ident() != _main:
+        return
+    _seen[1] += 1
+    if _seen[1] == _at:
+        _signal.raise_signal(_signal.SIGINT)
+
+
+sys.addaudithook(_hook)
+'''
+
+
+class Tokens:
+    """A make-like pipe jobserver of `n` tokens that the test owns: after a
+    run, every token must be back."""
+
+    def __init__(self, n: int = 3) -> None:
+        self.n = n
+        self.r, self.w = os.pipe()
+        os.write(self.w, b"+" * n)
+
+    def makeflags(self) -> str:
+        return f"-j{self.n + 1} --jobserver-auth={self.r},{self.w}"
+
+    def count(self) -> int:
+        os.set_blocking(self.r, False)
+        got = b""
+        try:
+            while chunk := os.read(self.r, 64):
+                got += chunk
+        except BlockingIOError:
+            pass
+        os.set_blocking(self.r, True)
+        os.write(self.w, got)
+        return len(got)
+
+
+def interrupted_at(k: int, argv: list[str], env: dict[str, str], hooks: Path, tokens: Tokens,
+                   cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(env, LOOM_TEST_SIGINT_AT=str(k), LOOM_TEST_EVENTS=str(hooks / "events"),
+               MAKEFLAGS=tokens.makeflags(), PYTHONPATH=env["PYTHONPATH"] + os.pathsep + str(hooks))
+    return subprocess.run([sys.executable, "-m", "loomcli", *argv], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, pass_fds=(tokens.r, tokens.w), cwd=cwd)
+
+
+def item_sets(out: Path) -> dict[str, dict[str, bytes]]:
+    """item (folder/set) -> its files."""
+    sets: dict[str, dict[str, bytes]] = {}
+    for name, data in outputs(out).items():
+        folder, file = name.rsplit("/", 1)
+        sets.setdefault(f"{folder}/{file.split('.')[0]}", {})[file] = data
+    return sets
+
+
+def points(n: int, count: int, seed: int) -> list[int]:
+    """`count` event numbers spread over 1..n: the first few, the last, and
+    others at random (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    chosen = {1, 2, 3, n // 2, n - 1, n}
+    while len(chosen) < min(count, n):
+        chosen.add(rng.randint(1, n))
+    return sorted(k for k in chosen if 1 <= k <= n)
+
+
+@pytest.mark.parametrize("scenario", ["compile", "cache-hits", "no-op"])
+def test_5_ctrl_c_anywhere_is_one_line_exit_130_nothing_partial_no_token_lost(tmp_path: Path, scenario: str) -> None:
+    """SIGINT at counted points from `loom.main` to the end of the process:
+    every run ends `loom: error: interrupted`, exit 130, no traceback; every
+    item's files are the old set or the new set; no temporary file; every
+    jobserver token back; and the next build gives a clean build's bytes."""
+    import shutil
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SIGINT_AT)
+    project = make_project(tmp_path / "p", sets=2, per_set=1, targets=("spirv:vulkan1.3", "amdgpu:gfx1100"))
+    out = project / "build" / "loom"
+    cache = tmp_path / "cache"
+    env = env_for(cache)
+    argv = ["build", str(project), "-q"]
+    assert loom(*argv, env=env).returncode == 0
+    old = item_sets(out)
+    if scenario != "no-op":  # edit a source: the new sets differ from the old in every item of set0
+        src = project / "k" / "set0" / "k0.loom"
+        src.write_text(src.read_text().replace("index.constant 32 :", "index.constant 64 :"))
+        os.utime(src, (1, 1))  # old enough to be trusted by stat at once
+    reference = tmp_path / "reference"
+    shutil.copytree(project, reference, symlinks=True, ignore=shutil.ignore_patterns("build"))
+    assert loom("build", str(reference), "-q", "--no-cache", env=env).returncode == 0
+    new = item_sets(reference / "build" / "loom")
+    if scenario == "cache-hits":  # fill the cache with the new outputs
+        assert loom("build", str(reference), "-q", "--out-dir", str(tmp_path / "elsewhere"), env=env).returncode == 0
+    saved = tmp_path / "saved"
+    shutil.copytree(out, saved, symlinks=True)
+    saved_cache = tmp_path / "saved-cache"
+    shutil.copytree(cache, saved_cache, symlinks=True)
+    tokens = Tokens()
+    counted = interrupted_at(0, argv, env, hooks, tokens)
+    assert counted.returncode == 0, counted.stderr
+    n = int((hooks / "events").read_text()) - 1  # the last one was the count's own open()
+    assert n > 100, n
+    for k in points(n, 9, seed=zlib.crc32(scenario.encode())):
+        shutil.rmtree(out)
+        shutil.copytree(saved, out, symlinks=True)
+        shutil.rmtree(cache)
+        shutil.copytree(saved_cache, cache, symlinks=True)
+        r = interrupted_at(k, argv, env, hooks, tokens)
+        assert (r.returncode, r.stderr) == (130, "loom: error: interrupted\n"), f"event {k} of {n}: {r.stderr}"
+        assert tokens.count() == tokens.n, f"event {k}: a jobserver token was lost"
+        assert [p for p in out.rglob("*") if p.name.endswith(".tmp")] == [], f"event {k}"
+        assert [p for p in cache.rglob(".tmp-*")] == [], f"event {k}"
+        for item, files in item_sets(out).items():
+            assert files in (old.get(item), new.get(item)), f"event {k}: {item} is neither the old set nor the new"
+        again = loom(*argv, env=env)
+        assert again.returncode == 0, clean(again)
+        assert item_sets(out) == new, f"event {k}: the rebuild differs from a clean build"

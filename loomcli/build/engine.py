@@ -34,10 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from loomcli import settings
 from loomcli.build.project import CommandSet, KernelSet, Project, library_closure
 from loomcli.diagnostics import Diagnostic
 from loomcli.emit import BACKENDS
-from loomcli.errors import LoomError, atomic_write
+from loomcli.errors import LoomError, atomic_write, write_outputs
 
 if TYPE_CHECKING:  # the compile path is imported only when there is something to compile
     from concurrent.futures import Future
@@ -481,7 +482,7 @@ def run_build(project: Project, options: BuildOptions, progress: Progress,
 def _dry_run() -> bool:
     from loomcli.runtime.spawn import parse_makeflags
 
-    return parse_makeflags(os.environ.get("MAKEFLAGS")).dry_run
+    return parse_makeflags(settings.makeflags()).dry_run
 
 
 def _exit_code(outcome: CompileOutcome) -> int:
@@ -549,15 +550,8 @@ def _decode_files(data: bytes) -> dict[str, bytes] | None:
 
 
 def _publish(item: CommandItem, files: dict[str, bytes]) -> StateEntry:
-    """Write a command's outputs (each atomically) and what the state file records of them."""
-    os.makedirs(item.folder, exist_ok=True)
-    recorded = {}
-    for name in sorted(files):
-        path = os.path.join(item.folder, name)
-        atomic_write(path, files[name])
-        st = os.stat(path)
-        recorded[name] = [hashlib.sha256(files[name]).hexdigest(), st.st_size, st.st_mtime_ns]
-    return {"key": item.key, "files": recorded}
+    """Publish a command's outputs as one set (`_publish_set`)."""
+    return _publish_set(item.folder, item.key, files)
 
 
 def _command_key(project: Project, command: CommandSet, target: str, sources: _SourceReader) -> str:
@@ -760,16 +754,30 @@ def _state_name(item: Item | CommandItem) -> str:
 
 
 def _write(item: Item, outcome: CompileOutcome) -> StateEntry:
-    os.makedirs(item.folder, exist_ok=True)
+    """Publish a kernel set's code object, launch config and manifest as one set."""
     names = item.files()
     blobs = {"artifact": outcome.artifact, "launch_config": outcome.launch_config, "manifest": outcome.manifest}
-    files = {}
-    for role, name in names.items():
-        path = os.path.join(item.folder, name)
-        atomic_write(path, blobs[role])
+    return _publish_set(item.folder, item.key, {names[role]: blobs[role] for role in names})
+
+
+def _publish_set(folder: str, key: str, files: dict[str, bytes]) -> StateEntry:
+    """Publish one item's files as a set, as `loom compile` publishes its
+    outputs (`write_outputs`): each written in full where nobody sees it,
+    then all put in place one after the other, with Ctrl-C and SIGTERM held
+    off meanwhile, so a failure (a full disk) or an interruption leaves the
+    old set whole. A kill can only land between two renames; then the
+    state file, which records each file's sha256 only once the whole set is
+    out, does not vouch for the mix and the next build redoes the item.
+    Returns the item's state entry."""
+    os.makedirs(folder, exist_ok=True)
+    names = sorted(files)
+    paths = [os.path.join(folder, name) for name in names]
+    write_outputs([(path, files[name]) for path, name in zip(paths, names)], distinct=True)
+    recorded = {}
+    for path, name in zip(paths, names):
         st = os.stat(path)
-        files[name] = [hashlib.sha256(blobs[role]).hexdigest(), st.st_size, st.st_mtime_ns]
-    return {"key": item.key, "files": files}
+        recorded[name] = [hashlib.sha256(files[name]).hexdigest(), st.st_size, st.st_mtime_ns]
+    return {"key": key, "files": recorded}
 
 
 def _load_state(out_dir: str) -> Document:

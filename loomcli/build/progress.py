@@ -7,7 +7,6 @@ only for the live display).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -27,10 +26,11 @@ def choose(mode: str, quiet: bool, stream: TextIO | None = None, environ: dict[s
         return "none"
     if mode != "auto":
         return mode
-    env = os.environ if environ is None else environ
+    from loomcli import settings
+
     out = stream if stream is not None else sys.stdout
     tty = hasattr(out, "isatty") and out.isatty()
-    if not tty or env.get("CI") or env.get("TERM") == "dumb" or env.get("MAKEFLAGS") is not None:
+    if not tty or settings.plain_terminal(environ) or settings.makeflags(environ) is not None:
         return "plain"
     return "rich"
 
@@ -123,8 +123,11 @@ class RichProgress(NoProgress):
         from rich.console import Console
         from rich.live import Live
 
+        from loomcli import settings
+
         self.title = title
-        self.console = Console()
+        # COLUMNS clamped (rich reads it unchecked); NO_COLOR is rich's own to honour.
+        self.console = Console(width=settings.columns())
         self.live = Live(console=self.console, refresh_per_second=8, transient=False,
                          get_renderable=self.render)
         self.live.start()

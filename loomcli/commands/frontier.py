@@ -108,9 +108,8 @@ def _compile(options: FrontierOptions, profile: Profile, jobs: int | None, print
     return product, compiled
 
 def _print(path: str) -> int:
-    from loomcli.frontier.loomcmd import print_command, read_command
-
     from loomcli.files import read_input
+    from loomcli.frontier.loomcmd import print_command, read_command
 
     data = read_input(path)
     click.echo(print_command(read_command(data, path)), nl=False)

@@ -45,6 +45,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from loomcli import settings
 from loomcli.runtime import spawn
 from loomcli.runtime.isolated import (
     Worker,
@@ -164,7 +165,7 @@ class ForkServer:
         The worker's MAKEFLAGS is ours now, not the server's from its start:
         a jobserver loom serves may be newer than the server."""
         reply = self._request({"op": "fork", "ordinal": ordinal, "scratch": scratch,
-                               "makeflags": os.environ.get("MAKEFLAGS")}, (stdin, stdout, stderr))
+                               "makeflags": settings.makeflags()}, (stdin, stdout, stderr))
         return int(reply["pid"]), int(reply["generation"])
 
     def poll(self, pid: int, generation: int) -> int | None:

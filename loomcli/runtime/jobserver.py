@@ -132,8 +132,9 @@ class Jobserver:
 
 def connect(environ: dict[str, str] | None = None) -> tuple[Jobserver | None, str | None, bool]:
     """(jobserver or None, a warning to print once or None, dry run) from `MAKEFLAGS`."""
-    env = os.environ if environ is None else environ
-    flags = parse_makeflags(env.get("MAKEFLAGS"))
+    from loomcli import settings
+
+    flags = parse_makeflags(settings.makeflags(environ))
     if flags.auth is None:
         return None, None, flags.dry_run
     try:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from loomcli import settings
 from loomcli.errors import UsageError
 from loomcli.runtime import forkserver
 from loomcli.runtime.isolated import RemoteError, Worker, WorkerCrash
@@ -59,7 +60,7 @@ class TaskEvent:
 # jobs - 1 one-byte tokens in a pipe of 64 KiB: `-j 99999999999` asked for a
 # 100 GB write (MemoryError) and `-j 70000` overfilled the pipe, losing
 # tokens. A larger count is clamped, as no machine runs more workers usefully.
-MAX_JOBS = 4096
+MAX_JOBS = settings.MAX_JOBS
 
 
 def resolve_jobs(explicit: int | None, environ: Mapping[str, str] | None = None) -> int:
@@ -69,16 +70,9 @@ def resolve_jobs(explicit: int | None, environ: Mapping[str, str] | None = None)
         if explicit < 1:
             raise UsageError(f"-j {explicit}: the job count must be at least 1")
         return min(explicit, MAX_JOBS)
-    env = os.environ if environ is None else environ
-    text = env.get("LOOM_JOBS", "").strip()
-    if text:
-        try:
-            n = int(text)
-        except ValueError:
-            raise UsageError(f"LOOM_JOBS={text!r} is not a number") from None
-        if n < 1:
-            raise UsageError(f"LOOM_JOBS={text}: the job count must be at least 1")
-        return min(n, MAX_JOBS)
+    n = settings.jobs(environ)
+    if n is not None:
+        return n
     return usable_cpus()
 
 

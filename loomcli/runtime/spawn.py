@@ -65,8 +65,9 @@ def parse_makeflags(value: str | None) -> MakeFlags:
 def inherited_fds(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
     """The pipe descriptors MAKEFLAGS advertises that are open here: a
     child process must inherit them to use the jobserver it is told about."""
-    env = os.environ if environ is None else environ
-    auth = parse_makeflags(env.get("MAKEFLAGS")).auth
+    from loomcli import settings
+
+    auth = parse_makeflags(settings.makeflags(environ)).auth
     if auth is None or auth.startswith("fifo:"):
         return ()
     fds = []
@@ -162,7 +163,9 @@ def start_server(preload: Sequence[str]) -> Started:
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     opened: list[int] = []
     try:
-        stderr = _unnamed_file(os.environ.get("TMPDIR") or "/tmp")
+        from loomcli import settings
+
+        stderr = _unnamed_file(settings.tmpdir())
         opened.append(stderr)
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         opened.append(devnull)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from loomcli import settings
 from loomcli.cache import Cache, open_cache
 from loomcli.errors import atomic_write
 from loomcli.runtime import forkserver
@@ -26,10 +27,6 @@ from loomcli.runtime.jobserver import Jobserver, JobserverServer, TokenGate, con
 from loomcli.runtime.pool import TaskEvent, WorkerPool, resolve_jobs
 from loomcli.runtime.tasks import InlineExecutor, Task, TaskResult
 from loomcli.service.dispatch import CompileService
-
-# A folder where every compile session without --trace writes its trace to a new file: the way to
-# see what each loom did when a build system (CMake, make, Bazel) runs it with its own arguments.
-TRACE_DIR_ENV = "LOOM_TRACE_DIR"
 
 
 class TimedInline(InlineExecutor):
@@ -156,17 +153,25 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
                 if not interrupted:
                     _prune_if_large(cache)
             if trace_path is None and not dry_run:  # make -n writes nothing
-                trace_path = _trace_file_in(os.environ.get(TRACE_DIR_ENV, ""))
+                trace_path = _trace_file_in(settings.trace_dir() or "")
             if trace_path is not None:
                 write_trace(trace_path, sink.events, jobserver, gate)
 
 
 def _trace_file_in(folder: str) -> str | None:
-    """A new file in `folder` (made if missing) for this session's trace; None for no folder."""
+    """A new file in `folder` (`LOOM_TRACE_DIR`, made if missing) for this
+    session's trace; None for no folder. The folder is where every compile
+    session without --trace writes its trace: the way to see what each loom
+    did when a build system (CMake, make, Bazel) runs it with its own arguments."""
     if not folder:
         return None
-    os.makedirs(folder, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f"loom-{os.getpid()}-", suffix=".trace.json", dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=f"loom-{os.getpid()}-", suffix=".trace.json", dir=folder)
+    except OSError as e:
+        from loomcli.errors import UsageError
+
+        raise UsageError(f"LOOM_TRACE_DIR={folder}: cannot write a trace there ({e.strerror or e})") from None
     os.close(fd)
     return path
 
@@ -181,7 +186,7 @@ def _served_jobserver(wanted: bool, jobs: int, style: str,
         yield None
         return
     server = JobserverServer(jobs, style)
-    saved = os.environ.get("MAKEFLAGS")
+    saved = settings.makeflags()
     try:
         os.environ["MAKEFLAGS"] = server.environ(dict(os.environ))["MAKEFLAGS"]
         yield server

@@ -9,7 +9,6 @@ which target it is. Nothing here imports llvmlite; only the worker does.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,7 +71,9 @@ def codegen(ir: str, target: LLVMTarget, emit: str, link: tuple[str, ...] = ()) 
         if "No module named 'llvmlite'" in crash.stderr:
             raise LoomError("LLVM code generation needs llvmlite 0.50 or newer (pip install 'llvmlite>=0.50')",
                             3) from None
-        detail = crash.stderr.strip() if os.environ.get("LOOM_DEBUG") not in (None, "", "0") else crash.last_lines()
+        from loomcli import settings
+
+        detail = crash.stderr.strip() if settings.debug() else crash.last_lines()
         detail = detail or "LLVM printed nothing"
         if crash.signal is not None:
             raise LoomError(f"internal: LLVM aborted while generating code for {target.name} "

@@ -73,7 +73,9 @@ def _package_ptxas() -> str | None:
 
 def find_ptxas() -> str | None:
     """The ptxas to run, or None when there is none (see the module's docstring)."""
-    explicit = os.environ.get("PTXAS")
+    from loomcli import settings
+
+    explicit = settings.ptxas()
     if explicit:
         return explicit
     return _package_ptxas() or shutil.which("ptxas")
