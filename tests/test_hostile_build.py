@@ -492,3 +492,56 @@ def test_5_ctrl_c_anywhere_is_one_line_exit_130_nothing_partial_no_token_lost(tm
         again = loom(*argv, env=env)
         assert again.returncode == 0, clean(again)
         assert item_sets(out) == new, f"event {k}: the rebuild differs from a clean build"
+
+
+# ---------------------------------------------------------------- 8: only a FIFO or a pipe is a jobserver
+
+
+def jobserver_cases(tmp_path: Path) -> list[tuple[str, str, tuple[int, ...], list[Path]]]:
+    """(id, MAKEFLAGS, descriptors to pass, files that must stay unchanged)."""
+    regular = tmp_path / "tokens.txt"
+    regular.write_text("ABCDEFGHIJ")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    planted = tmp_path / "GMfifo4242"
+    planted.symlink_to(victim)
+    r1, w1 = os.pipe()
+    _r2, w2 = os.pipe()
+    os.write(w1, b"++")
+    os.write(w2, b"++")
+    f = os.open(regular, os.O_RDWR)
+    return [
+        ("regular-file", f"-j4 --jobserver-auth=fifo:{regular}", (), [regular]),
+        ("planted-symlink", f"-j4 --jobserver-auth=fifo:{planted}", (), [victim]),
+        ("dev-null", "-j4 --jobserver-auth=fifo:/dev/null", (), []),
+        ("dev-zero", "-j4 --jobserver-auth=fifo:/dev/zero", (), []),
+        ("stdin-stdout", "-j4 --jobserver-auth=0,1", (), []),
+        ("two-pipes", f"-j4 --jobserver-auth={r1},{w2}", (r1, w2), []),
+        ("file-descriptors", f"-j4 --jobserver-auth={f},{f}", (f,), [regular]),
+        ("closed", "-j4 --jobserver-auth=900,901", (), []),
+        ("huge", "-j4 --jobserver-auth=99999999999999999999,1", (), []),
+        ("empty-fifo", "-j4 --jobserver-auth=fifo:", (), []),
+    ]
+
+
+def test_8_a_jobserver_that_is_no_pipe_is_one_warning_and_a_serial_build(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", sets=2, per_set=1)
+    want = None
+    for name, makeflags, fds, files in jobserver_cases(tmp_path):
+        before = [p.read_bytes() for p in files]
+        env = env_for(None, MAKEFLAGS=makeflags, LOOM_CACHE="0")
+        r = subprocess.run([sys.executable, "-m", "loomcli", "build", str(project), "--progress", "plain",
+                            "--trace", str(tmp_path / "trace.json")], env=env, capture_output=True, text=True,
+                           timeout=TIMEOUT, pass_fds=fds, stdin=subprocess.PIPE if name == "stdin-stdout" else None)
+        assert r.returncode == 0, f"{name}: {clean(r)}"
+        assert r.stderr.count("warning") == 1 and "jobserver unusable, building serially" in r.stderr, \
+            f"{name}: {r.stderr}"
+        assert [p.read_bytes() for p in files] == before, f"{name}: loom changed a file that is no jobserver"
+        other = json.loads((tmp_path / "trace.json").read_text())["otherData"]
+        assert other["slots"] == 1 and other["tokens_taken"] == 0, name
+        got = outputs(project / "build" / "loom")
+        assert want is None or got == want, name
+        want = got
+        import shutil
+
+        shutil.rmtree(project / "build")

@@ -100,3 +100,68 @@ def test_fifo_jobserver(tmp_path: Path) -> None:
 def test_an_unusable_jobserver_is_one_warning(makeflags: str) -> None:
     js, warning, _ = connect({"MAKEFLAGS": makeflags})
     assert js is None and warning is not None and "serially" in warning
+
+
+class _Breaking:
+    """A jobserver whose pool goes away after `tokens` tokens."""
+
+    def __init__(self, tokens: int) -> None:
+        from loomcli.runtime.jobserver import JobserverError
+
+        self.error = JobserverError
+        self.tokens = tokens
+        self.read_fd, self.write_fd = os.pipe()
+        os.write(self.write_fd, b"x")  # always readable: the gate polls it
+        self.put_back: list[bytes] = []
+
+    def try_take(self) -> bytes | None:
+        if self.tokens == 0:
+            raise self.error("the jobserver pipe was closed")
+        self.tokens -= 1
+        return b"t"
+
+    def put(self, token: bytes) -> None:
+        raise self.error("a token cannot be given back (Broken pipe)")
+
+
+def test_a_jobserver_that_breaks_midway_is_one_warning_and_serial_work() -> None:
+    """End of file or a bad descriptor during a build is not an error: one
+    warning, and the rest runs on the implicit slot."""
+    warnings: list[str] = []
+    js = _Breaking(tokens=1)
+    gate = TokenGate(js, 4, warn=warnings.append)  # type: ignore[arg-type]
+    first, second = gate.acquire(), gate.acquire()
+    assert first == IMPLICIT and second is not None and second.token == b"t"
+    waiter: list[object] = []
+    thread = threading.Thread(target=lambda: waiter.append(gate.acquire()))
+    thread.start()  # the pool breaks: this one waits for a slot instead of failing
+    gate.release(second)  # cannot be given back: no second warning, no exception
+    gate.release(first)
+    thread.join(timeout=60)
+    assert waiter and waiter[0] == IMPLICIT
+    assert len(warnings) == 1 and "building the rest serially" in warnings[0]
+    gate.close()
+    os.close(js.read_fd)
+    os.close(js.write_fd)
+
+
+@pytest.mark.parametrize("auth", ["0,1", "1,2", "{f},{f}", "{r1},{w2}", "fifo:{regular}", "fifo:{link}",
+                                  "fifo:/dev/null", "fifo:/dev/zero", "fifo:", "99999999999999999999,5"])
+def test_only_a_pipe_or_fifo_is_a_jobserver(tmp_path: Path, auth: str) -> None:
+    regular = tmp_path / "regular"
+    regular.write_bytes(b"ABCDEFGHIJ")
+    link = tmp_path / "GMfifo1"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)  # even a link to a real FIFO: make never makes one
+    f = os.open(regular, os.O_RDWR)
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        js, warning, _ = connect({"MAKEFLAGS": "-j3 --jobserver-auth=" + auth.format(
+            f=f, r1=r1, w2=w2, regular=regular, link=link)})
+        assert js is None and warning is not None and "serially" in warning, warning
+        assert regular.read_bytes() == b"ABCDEFGHIJ"
+    finally:
+        for fd in (f, r1, w1, r2, w2):
+            os.close(fd)

@@ -27,12 +27,14 @@ every token must be back (the audit) and the FIFO and its folder go.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import select
 import shutil
 import stat
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Reading MAKEFLAGS lives with the light start-up code that needs it first; it is the jobserver's business too.
@@ -57,23 +59,64 @@ class JobserverError(Exception):
     """The advertised jobserver cannot be used (the warning says why)."""
 
 
+def _check_pipe(fd: int, shown: str, mode: str) -> os.stat_result:
+    """The stat of `fd` if it is a FIFO or pipe open for `mode` ("r" or "w");
+    else JobserverError. Nothing else is ever read as tokens or written to."""
+    try:
+        st = os.fstat(fd)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except (OSError, OverflowError):
+        raise JobserverError(f"jobserver descriptor {shown} is not open; mark the recipe with '+'") from None
+    if not stat.S_ISFIFO(st.st_mode):
+        raise JobserverError(f"{shown} is not a pipe or FIFO")
+    if flags not in ((os.O_RDONLY, os.O_RDWR) if mode == "r" else (os.O_WRONLY, os.O_RDWR)):
+        raise JobserverError(f"{shown} is not open for {'reading' if mode == 'r' else 'writing'}")
+    return st
+
+
 class Jobserver:
-    """A connection to make's token pool, through descriptions of our own."""
+    """A connection to make's token pool, through descriptions of our own.
+
+    Only a FIFO or a pipe is accepted, checked with fstat after opening: a
+    regular file named by `fifo:PATH` would have its bytes taken as tokens
+    and written back out of order (loom modified the file), `/dev/null`
+    ended the build, `/dev/zero` gave unlimited tokens. The two ends must be
+    one pipe (the same inode), descriptors 0-2 are never the jobserver (they
+    echoed stdin to stdout), a FIFO path is opened without following a
+    symlink (one planted at make's predictable name), and an inherited
+    description is never made non-blocking."""
 
     def __init__(self, auth: str) -> None:
         self.auth = auth
         self.read_fd = -1
         self.write_fd = -1
         self._own_write = False
+        try:
+            self._connect(auth)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, auth: str) -> None:
         if auth.startswith("fifo:"):
             path = auth[5:]
+            if not path:
+                raise JobserverError("--jobserver-auth=fifo: names no FIFO")
+            flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             try:
-                self.read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                self.write_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-                self._own_write = True
+                self.read_fd = os.open(path, os.O_RDONLY | flags)
             except OSError as e:
-                self.close()
                 raise JobserverError(f"cannot open the jobserver FIFO {path}: {e.strerror}") from None
+            st = _check_pipe(self.read_fd, path, "r")
+            try:
+                # Our own description, and we hold the read end: never blocks (no ENXIO).
+                self.write_fd = os.open(path, os.O_WRONLY | flags)
+            except OSError as e:
+                raise JobserverError(f"cannot open the jobserver FIFO {path}: {e.strerror}") from None
+            self._own_write = True
+            other = _check_pipe(self.write_fd, path, "w")
+            if (other.st_dev, other.st_ino) != (st.st_dev, st.st_ino):
+                raise JobserverError(f"the jobserver FIFO {path} changed while it was opened")
             return
         try:
             r, w = (int(x) for x in auth.split(","))
@@ -81,34 +124,38 @@ class Jobserver:
             raise JobserverError(f"cannot read --jobserver-auth={auth}") from None
         if r < 0 or w < 0:
             raise JobserverError(f"make passed no jobserver descriptors ({auth}); mark the recipe with '+'")
-        for fd in (r, w):
-            try:
-                mode = os.fstat(fd).st_mode
-            except OSError:
-                raise JobserverError(f"jobserver descriptor {fd} is not open; mark the recipe with '+'") from None
-            if not stat.S_ISFIFO(mode):
-                raise JobserverError(f"jobserver descriptor {fd} is not a pipe")
+        if r <= 2 or w <= 2:
+            raise JobserverError(f"--jobserver-auth={auth} names standard input, output or error")
+        read_st = _check_pipe(r, f"jobserver descriptor {r}", "r")
+        write_st = _check_pipe(w, f"jobserver descriptor {w}", "w")
+        if (read_st.st_dev, read_st.st_ino) != (write_st.st_dev, write_st.st_ino):
+            raise JobserverError(f"jobserver descriptors {r} and {w} are not the two ends of one pipe")
         try:
             # Our own open file description of make's pipe: O_NONBLOCK on it
             # changes nothing for make or the other jobs.
             self.read_fd = os.open(f"/proc/self/fd/{r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
             raise JobserverError(f"cannot reopen jobserver descriptor {r}: {e.strerror}") from None
+        own = os.fstat(self.read_fd)
+        if (own.st_dev, own.st_ino) != (read_st.st_dev, read_st.st_ino):
+            raise JobserverError(f"jobserver descriptor {r} changed while it was reopened")
         self.write_fd = w
 
     def try_take(self) -> bytes | None:
-        """One token if one is free now, else None."""
+        """One token if one is free now, else None. JobserverError: the pool
+        is gone (end of file, a descriptor closed meanwhile)."""
         try:
             data = os.read(self.read_fd, 1)
-        except BlockingIOError:
+        except (BlockingIOError, InterruptedError):
             return None
-        except InterruptedError:
-            return None
+        except OSError as e:
+            raise JobserverError(f"the jobserver cannot be read ({e.strerror})") from None
         if not data:
             raise JobserverError("the jobserver pipe was closed")
         return data
 
     def put(self, token: bytes) -> None:
+        """Give a token back. JobserverError: it cannot be (make went away)."""
         while True:
             try:
                 os.write(self.write_fd, token)
@@ -119,7 +166,7 @@ class Jobserver:
                 if e.errno == errno.EAGAIN:
                     select.select([], [self.write_fd], [])
                     continue
-                raise
+                raise JobserverError(f"a token cannot be given back ({e.strerror})") from None
 
     def close(self) -> None:
         if self.read_fd >= 0:
@@ -228,11 +275,17 @@ class TokenGate:
     Without a jobserver the gate admits `limit` at once. `acquire` blocks
     until a slot is free or `cancel()` was called (then it returns None);
     `release` returns exactly what `acquire` gave. Safe for many threads.
+    A jobserver that breaks meanwhile (make closed the pipe, a descriptor
+    went bad) is one warning (`warn`) and the rest of the work is serial:
+    the implicit slot only, never an error.
     """
 
-    def __init__(self, jobserver: Jobserver | None, limit: int) -> None:
+    def __init__(self, jobserver: Jobserver | None, limit: int,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.jobserver = jobserver
         self.limit = max(1, limit)
+        self._warn = warn
+        self._broken = False      # the jobserver failed: no more tokens from it
         self._lock = threading.Lock()
         self._held = 0            # slots held, the implicit one included
         self._implicit_free = True
@@ -254,13 +307,14 @@ class TokenGate:
                     if self.jobserver is None:
                         self._held += 1
                         return LOCAL
-                    token = self.jobserver.try_take()
+                    token = self._take()
                     if token is not None:
                         self._held += 1
                         self.tokens_taken += 1
                         return Slot(token)
+                polling = room and self.jobserver is not None and not self._broken
             # Wait for a released slot, or (with room under the limit) for a token.
-            fds = [self._wake_r] + ([self.jobserver.read_fd] if room and self.jobserver is not None else [])
+            fds = [self._wake_r] + ([self.jobserver.read_fd] if polling and self.jobserver is not None else [])
             select.select(fds, [], [])
             self._drain_wake()
 
@@ -271,9 +325,27 @@ class TokenGate:
             self._held -= 1
             if slot.implicit:
                 self._implicit_free = True
-            elif slot.token is not None and self.jobserver is not None:
-                self.jobserver.put(slot.token)
+            elif slot.token is not None and self.jobserver is not None and not self._broken:
+                try:
+                    self.jobserver.put(slot.token)
+                except JobserverError as e:
+                    self._break(e)
         self._wake()
+
+    def _take(self) -> bytes | None:
+        """A token, or None (none free, or the jobserver broke); under the lock."""
+        if self._broken or self.jobserver is None:
+            return None
+        try:
+            return self.jobserver.try_take()
+        except JobserverError as e:
+            self._break(e)
+            return None
+
+    def _break(self, e: JobserverError) -> None:
+        self._broken = True
+        if self._warn is not None:
+            self._warn(f"jobserver unusable, building the rest serially: {e}")
 
     def cancel(self) -> None:
         with self._lock:

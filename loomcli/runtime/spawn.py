@@ -76,7 +76,7 @@ def inherited_fds(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
             fd = int(part)
             if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
                 fds.append(fd)
-        except (ValueError, OSError):
+        except (ValueError, OSError, OverflowError):  # not a number, not open, past any descriptor
             continue
     return tuple(fds)
 
@@ -279,7 +279,7 @@ def prestart(preload: Sequence[str]) -> None:
         return
     try:
         _started.append(start_server(preload))
-    except OSError:
+    except Exception:  # an optimisation only: the pool starts its own server, or says what is wrong
         return
     import atexit
 

@@ -121,7 +121,7 @@ def compile_session(jobs: int | None, tasks_hint: int, targets: list[str], no_ca
     with sigterm_as_interrupt(), _served_jobserver(serving, n, jobserver_style, say) as server:
         if server is not None:
             jobserver = server.client()
-        gate = TokenGate(jobserver, width)
+        gate = TokenGate(jobserver, width, warn=say)
         modules = preload_for(targets, preload)
         # A fork server prestarted by the entry point serves this pool, unless
         # its workers must inherit a pipe jobserver newer than it. Being warm
