@@ -227,6 +227,26 @@ def test_too_many_launches_do_not_close(tmp_path: Path) -> None:
     assert d.code == "STRUCTURE/011" and "`%steps`" in d.message
 
 
+@pytest.mark.parametrize("body", [
+    "",  # a loop that launches nothing
+    # ... or launches only in an untaken branch
+    "scf.if %never {\n        kernel.launch @scale[%n](%n, %x) : [index](index, buffer)\n      }",
+])
+def test_a_loop_too_long_to_fold_does_not_close_in_bounded_time(tmp_path: Path, body: str) -> None:
+    """10^12 iterations that launch nothing were folded one at a time, for days (issue 25, item 10)."""
+    src = (DATA / "shared.loom").read_text().replace("where [range(%steps, 1, 8)]", "")
+    launch = "      kernel.launch @scale[%n](%n, %x) : [index](index, buffer)\n"
+    assert launch in src
+    src = src.replace(launch, ("      " + body + "\n") if body else "", 1)
+    src = src.replace("%c3 = index.constant 3 : index\n",
+                      "%c3 = index.constant 3 : index\n  %never = index.cast %c0 : index to i1\n", 1)
+    (tmp_path / "long.loom").write_text(src)
+    r = loom("frontier", str(tmp_path / "long.loom"), "--target", "gfx1100", "--out-dir", str(tmp_path / "out"),
+             "--spec", "@second.steps=1000000000000", "--root", "@second")
+    assert r.returncode == 1 and b"STRUCTURE/011" in r.stderr and b"`%steps`" in r.stderr, r.stderr.decode()
+    assert b"Traceback" not in r.stderr
+
+
 LAUNCH_NOT_FOLDING = """\
 kernel.def @k() {
   %one = index.constant 1 : index

@@ -35,6 +35,11 @@ from loomcli.targets.profiles import REFERENCE, U32_MAX, Profile
 
 # Command preparation unrolls at most this many launches per program (17.15).
 MAX_LAUNCHES = 65536
+# ... and runs at most this many ops doing so (about 1.5 us each): a loop of
+# 10^12 iterations that launches nothing, or only in an untaken branch, was
+# folded one iteration at a time for days. Past it, the loop being unrolled
+# does not close (STRUCTURE/011 at its upper bound), as past MAX_LAUNCHES.
+MAX_FOLD_STEPS = 1 << 21
 
 # Without a target, only the target-independent launch rules apply.
 UNTARGETED = replace(REFERENCE, family="untargeted", selector="untargeted", subgroup_size=None,
@@ -176,6 +181,7 @@ class Preparer:
         self._profiles: dict[str, Profile | None] = {}
         self._evaluators: dict[int | None, Any] = {}
         self._launches = 0
+        self._steps = 0
         self._stack: list[str] = []
         self._loops: list[tuple[_Frame, Operation]] = []  # loops being unrolled, innermost last
 
@@ -189,6 +195,7 @@ class Preparer:
         nspec = len(program.attr("sig").args)
         buffers = [BufferRef(k) for k in range(len(region.args) - nspec)]
         self._launches = 0
+        self._steps = 0
         self._stack = []
         self._loops = []
         try:
@@ -243,6 +250,9 @@ class Preparer:
         """Run `region`, appending its nodes to `out`; returns what its terminator yields
         (a value, or the `_Unknown` it stands for)."""
         for op in region.ops:
+            self._steps += 1
+            if self._steps > MAX_FOLD_STEPS:
+                self._not_closed(frame, op)
             name = op.name
             if op.opdef.has("terminator"):
                 return [self._value(frame, v) for v in op.operands]
@@ -342,10 +352,16 @@ class Preparer:
     def _count(self, frame: _Frame, op: Operation) -> None:
         self._launches += 1
         if self._launches > MAX_LAUNCHES:
-            # The loop that unrolls past the limit does not close: its upper bound is named.
-            at, loop = self._loops[-1] if self._loops else (frame, op)
-            i = 1 if loop is not op else 0
-            raise _Stop(Diagnostic.make("STRUCTURE/011", at.file, loop.operand_loc(i), v=loop.operands[i].name))
+            self._not_closed(frame, op)
+
+    def _not_closed(self, frame: _Frame, op: Operation) -> None:
+        """Past a preparation bound: the loop being unrolled does not close, and
+        its upper bound is named (outside any loop, the op's first operand)."""
+        at, loop = self._loops[-1] if self._loops else (frame, op)
+        i = 1 if loop is not op else 0
+        if i >= len(loop.operands):
+            raise _Stop(Diagnostic.make("STRUCTURE/011", at.file, loop.loc, v=frame.symbol))
+        raise _Stop(Diagnostic.make("STRUCTURE/011", at.file, loop.operand_loc(i), v=loop.operands[i].name))
 
     def _kernel_profile(self, kernel: Operation, frame: _Frame) -> Profile | None:
         sym = kernel.attr("sym")
