@@ -24,10 +24,25 @@ from typing import BinaryIO
 
 from loomcli.errors import EXIT_COMPILE, EXIT_ENV, LoomError, write_outputs
 
-__all__ = ["MAX_INPUT_BYTES", "finite_float", "read_file", "read_input", "write_outputs"]
+__all__ = ["MAX_INPUT_BYTES", "display_path", "finite_float", "read_file", "read_input", "write_outputs"]
 
 MAX_INPUT_BYTES = 64 << 20
 STDIN = "-"
+
+
+def display_path(path: str) -> str:
+    """Paths are shown (and stored) relative to the working folder when under it, `/`-separated."""
+    if path == "-":
+        return "<stdin>"
+    if path in ("<memory>", "<stdin>"):
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path.replace(os.sep, "/")
+    if rel.startswith(".."):
+        rel = os.path.abspath(path)
+    return rel.replace(os.sep, "/")
 
 
 def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:

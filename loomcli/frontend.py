@@ -6,27 +6,11 @@ with every diagnostic a file has (phase rules of LANGUAGE.md 17.9).
 
 from __future__ import annotations
 
-import os
-
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
+from loomcli.files import display_path
 from loomcli.ir.core import Module
 
 BYTECODE_MAGIC = b"LOOMBC"
-
-
-def display_path(path: str) -> str:
-    """Paths are shown (and stored) relative to the working folder when under it, `/`-separated."""
-    if path == "-":
-        return "<stdin>"
-    if path in ("<memory>", "<stdin>"):
-        return path
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path.replace(os.sep, "/")
-    if rel.startswith(".."):
-        rel = os.path.abspath(path)
-    return rel.replace(os.sep, "/")
 
 
 def is_bytecode(data: bytes) -> bool:

@@ -676,7 +676,7 @@ class _SourceReader:
         return doc
 
     def shown(self, rel: str) -> str:
-        from loomcli.frontend import display_path
+        from loomcli.files import display_path  # not loomcli.frontend: a no-op build imports no IR
 
         return display_path(self.project.path(rel))
 

@@ -221,7 +221,9 @@ def _fork_server(preload: Sequence[str]) -> Started:
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     opened: list[int] = []
     try:
-        stderr = _unnamed_file(os.environ.get("TMPDIR") or "/tmp")
+        from loomcli import settings
+
+        stderr = _unnamed_file(settings.tmpdir())
         opened.append(stderr)
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         opened.append(devnull)
