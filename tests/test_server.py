@@ -569,3 +569,107 @@ def test_make_j_with_served_compiles_keeps_its_tokens(loom: Loom, tmp_path: Path
     assert loom.requests() == 4
     for i in range(4):
         assert len(list((work / f"out-{i}").glob("*.spv"))) == 3
+
+
+# ---------------------------------------------------------------- hostile clients (issue 25)
+
+
+def request(*tokens: bytes) -> bytes:
+    body = b"\0".join(tokens)
+    return len(body).to_bytes(4, "little") + body
+
+
+def hostile_requests(key: bytes) -> dict[str, tuple[bytes, int]]:
+    """name -> (request bytes, how many of the test's descriptors go with them)."""
+    magic = b"loom-serve-1"
+    stream, closed = [b"utf-8", b"strict", b"1", b"0"], [b""] * 4
+    streams = [*closed, *stream, *closed]  # stdout only
+    return {
+        "noise": (bytes(range(256)) * 8, 0),
+        "a length past the limit": ((2 ** 32 - 1).to_bytes(4, "little") + b"x" * 64, 0),
+        "another magic": (request(b"loom-serve-0", key, b"status"), 0),
+        "another key": (request(magic, b"0" * 20, b"status"), 0),
+        "an unknown operation": (request(magic, key, b"exec"), 0),
+        "run without arguments": (request(magic, key, b"run"), 0),
+        "a umask past 0777": (request(magic, key, b"run", b"4096", *streams, b"0", b"1", b"fmt", b"0"), 2),
+        "a count past the tokens": (request(magic, key, b"run", b"18", *streams, b"9" * 5000), 2),
+        "a negative count": (request(magic, key, b"run", b"18", *streams, b"-1"), 2),
+        "a descriptor number past any table": (request(magic, key, b"run", b"18", *streams, b"1", b"10" * 8, b"1",
+                                                       b"fmt", b"0"), 3),
+        "a descriptor number below 3": (request(magic, key, b"run", b"18", *streams, b"1", b"2", b"1", b"fmt",
+                                                b"0"), 3),
+        "a bytes-to-bytes codec": (request(magic, key, b"run", b"18", *closed, b"hex", b"strict", b"1", b"0", *closed,
+                                           b"0", b"1", b"fmt", b"0"), 2),
+        "an unknown codec": (request(magic, key, b"run", b"18", *closed, b"klingon", b"strict", b"1", b"0", *closed,
+                                     b"0", b"1", b"fmt", b"0"), 2),
+        "an unknown error handler": (request(magic, key, b"run", b"18", *closed, b"utf-8", b"shout", b"1", b"0",
+                                             *closed, b"0", b"1", b"fmt", b"0"), 2),
+        "too few descriptors": (request(magic, key, b"run", b"18", *streams, b"0", b"1", b"fmt", b"0"), 1),
+        "trailing tokens": (request(magic, key, b"run", b"18", *streams, b"0", b"1", b"fmt", b"0", b"more"), 2),
+    }
+
+
+def test_hostile_requests_are_refused_and_the_server_serves_on(loom: Loom, tmp_path: Path) -> None:
+    """A request the server cannot run as its client's command is refused
+    (`R`, or closed unanswered), never run: a descriptor number past any
+    table or a stream wrapping Python has no text codec for made the
+    command's child fail to start (an internal error for its client)."""
+    doc = loom.start()
+    key = Path(doc["socket"]).stem.encode()
+    folder = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    out_r, out_w = os.pipe()
+    extra_r, extra_w = os.pipe()
+    try:
+        for name, (raw, nfds) in hostile_requests(key).items():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(doc["socket"])
+            s.settimeout(120)
+            fds = [folder, out_w, extra_r][:nfds]
+            if fds:
+                socket.send_fds(s, [raw[:1]], fds)
+                raw = raw[1:]
+            try:
+                s.sendall(raw)
+                answer = s.recv(64)
+            except (ConnectionResetError, BrokenPipeError):
+                answer = b""
+            s.close()
+            assert answer in (b"", b"R\0\0\0\0"), f"{name}: {answer!r}"
+    finally:
+        for fd in (folder, out_r, out_w, extra_r, extra_w):
+            os.close(fd)
+    assert loom.requests() == 0
+    r = loom.run("fmt", SAXPY, cwd=workspace(tmp_path))
+    assert r.returncode == 0 and r.stderr == b"" and loom.requests() == 1
+
+
+def test_a_server_out_of_descriptors_neither_spins_nor_stalls(loom: Loom, tmp_path: Path) -> None:
+    """Idle connections holding every descriptor the server may open made
+    `accept` fail (EMFILE) with the listener still readable: the loop spun
+    and every new client waited until the idle ones timed out (30 s). Now
+    the oldest idle one is refused and the new client is served."""
+    import resource
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    r = subprocess.run([sys.executable, "-m", "loomcli", "server", "start"], cwd=loom.runtime, env=loom.env,
+                       capture_output=True, timeout=300, preexec_fn=few_descriptors)
+    assert r.returncode == 0, r.stderr
+    doc = loom.status()
+    idle = []
+    for _ in range(100):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(doc["socket"])
+        idle.append(s)
+    try:
+        work = workspace(tmp_path)
+        # Well inside the 30 s after which the server drops a connection that sends nothing.
+        r = subprocess.run([sys.executable, "-m", "loomcli", "fmt", SAXPY], cwd=work, env=loom.env,
+                           capture_output=True, timeout=25)
+        assert r.returncode == 0 and r.stderr == b"", r.stderr
+        assert loom.status()["running"]
+    finally:
+        for s in idle:
+            s.close()
+    wait_for(lambda: loom.requests() >= 1, "the request to be counted")

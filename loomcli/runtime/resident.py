@@ -22,6 +22,7 @@ The lock (`served.take_lock`) is held for the process's whole life.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -39,6 +40,20 @@ from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_req
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
 MAX_FDS = 16
+# A request names the descriptor numbers its command gets (its jobserver
+# pipe's): one past Linux's largest possible descriptor table is refused, not
+# a crash of the command's start.
+MAX_FD_NUMBER = 1 << 20
+# Out of descriptors (EMFILE), `accept` fails while the listener stays
+# readable, and the loop spun at full speed while every client waited (200
+# idle connections under a limit of 80 descriptors: `loom server status`
+# took 57 s). Now the oldest connections still sending their requests are
+# refused (their clients run the commands themselves), with HEADROOM of them for
+# what a run needs (its request's descriptors, a pidfd, the next spare),
+# or, when every descriptor serves a running command, the listener is not
+# polled until one ends.
+HEADROOM = 8
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Refused(ValueError):
@@ -49,7 +64,7 @@ class Refused(ValueError):
 class Connection:
     sock: socket.socket
     opened: float
-    data: bytes = b""
+    data: bytearray = field(default_factory=bytearray)  # appended to in place: a 16 MiB request is not quadratic
     fds: list[int] = field(default_factory=list)
     pid: int | None = None         # the command's child, once forked
     pidfd: int | None = None
@@ -84,6 +99,7 @@ class Server:
         self.spare: Spare | None = None               # the next request's child, forked ahead
         self.refill = False                            # fork a spare once nothing else waits
         self.stopping = False
+        self.paused = False  # the listener is not polled: out of descriptors (`_accept`)
         self.last = time.monotonic()
         self.poller = select.poll()
 
@@ -206,6 +222,7 @@ class Server:
             self.poller.unregister(fd)
             _reap(orphan.pid)
             os.close(orphan.pidfd)
+            self._resume()
         elif fd in self.connections:
             self._readable(self.connections[fd])
 
@@ -215,7 +232,15 @@ class Server:
             sock, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
             return
-        except OSError:
+        except OSError as e:
+            if e.errno in _OUT_OF_DESCRIPTORS:
+                waiting = sorted((c for c in self.connections.values() if c.pid is None and not c.stopper),
+                                 key=lambda c: c.opened)
+                for conn in waiting[:HEADROOM]:  # the oldest ones still sending requests run their commands
+                    self._refuse(conn)
+                if not waiting:  # every descriptor serves a command: new clients wait in the backlog
+                    self.poller.modify(self.listener, 0)
+                    self.paused = True
             return
         cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         uid = int.from_bytes(cred[4:8], sys.byteorder)
@@ -261,7 +286,7 @@ class Server:
             return
         if len(conn.data) < 4 + size:
             return
-        body, conn.data = conn.data[4:4 + size], conn.data[4 + size:]
+        body, conn.data = bytes(conn.data[4:4 + size]), conn.data[4 + size:]
         try:
             self._request(conn, body.split(b"\0"))
         except Refused:
@@ -399,6 +424,13 @@ class Server:
         if self.connections.pop(conn.sock.fileno(), None) is not None:
             self.poller.unregister(conn.sock)
         conn.sock.close()
+        self._resume()
+
+    def _resume(self) -> None:
+        """Poll the listener again once descriptors may be free (see `_accept`)."""
+        if self.paused and self.listener is not None:
+            self.poller.modify(self.listener, select.POLLIN)
+            self.paused = False
 
 
 class _Stop(Exception):
@@ -444,7 +476,7 @@ def parse_run(tokens: list[bytes], fds: list[int]) -> Request:
         streams: list[Stream | None] = []
         for _ in range(3):
             encoding, errors, line, through = (t.decode("ascii") for t in take(4))
-            streams.append(Stream(encoding, errors, line == "1", through == "1") if encoding else None)
+            streams.append(_stream(encoding, errors, line, through) if encoding else None)
         extra = [int(t) for t in take(count())]
         argv = tuple(os.fsdecode(t) for t in take(count()))
         env_items = take(count())
@@ -459,10 +491,26 @@ def parse_run(tokens: list[bytes], fds: list[int]) -> Request:
             environ[name] = value
     numbers = [n for n, s in enumerate(streams) if s is not None] + extra
     if len(fds) != 1 + len(numbers) or len(set(numbers)) != len(numbers) or not 0 <= umask <= 0o777 \
-            or any(n < 3 for n in extra):
+            or any(not 3 <= n < MAX_FD_NUMBER for n in extra):
         raise Refused("the descriptors do not match the request")
     return Request(argv, environ, umask, fds[0], dict(zip(numbers, fds[1:])),
                    (streams[0], streams[1], streams[2]))
+
+
+def _stream(encoding: str, errors: str, line: str, through: str) -> Stream:
+    """A standard stream's wrapping as a client's interpreter can have it: a
+    text encoding and an error handler Python knows, flags 0 or 1; else the
+    request is malformed (its child would fail to start)."""
+    import codecs
+
+    try:
+        info = codecs.lookup(encoding)
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValueError("not a stream's wrapping") from None
+    if not getattr(info, "_is_text_encoding", True) or line not in ("0", "1") or through not in ("0", "1"):
+        raise ValueError("not a stream's wrapping")
+    return Stream(encoding, errors, line == "1", through == "1")
 
 
 def receive(control: socket.socket) -> Request:
