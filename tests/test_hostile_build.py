@@ -545,3 +545,50 @@ def test_8_a_jobserver_that_is_no_pipe_is_one_warning_and_a_serial_build(tmp_pat
         import shutil
 
         shutil.rmtree(project / "build")
+
+
+# ---------------------------------------------------------------- 6: faults, full disks, kills (attack_builds)
+
+
+def attacks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attack_builds", ROOT / "scripts" / "attack_builds.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["attack_builds"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_6_a_write_that_fails_anywhere_leaves_old_or_new_sets(tmp_path: Path) -> None:
+    """The out-dir's disk full from its K-th opening for writing on (K = 1,
+    2, the last and others spread, seeded; a rebuild that compiles some
+    items and publishes cache hits for others): every run ends in one line
+    or exit 0, each item's files are its old set or its new set, the cache
+    stays intact with no temporary file, and the next build is a clean
+    build's bytes. (Published one file at a time, K = 2 left a new code
+    object beside the old launch config and manifest.)"""
+    figures = attacks().write_faults(tmp_path, points=10, seed=6, outputs_only=True)
+    assert figures.findings == [], "\n".join(figures.findings)
+    assert figures.faults == figures.survived == 10
+
+
+def test_6_a_full_disk_leaves_old_or_new_sets(tmp_path: Path) -> None:
+    """The out-dir and the cache on a small tmpfs with nothing, some, or
+    nearly enough room left: a real ENOSPC wherever the build's writes reach it."""
+    figures = attacks().full_disk(tmp_path, steps=4)
+    if figures is None:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    assert figures.findings == [], "\n".join(figures.findings)
+    assert figures.survived == 4 and figures.faults >= 2
+
+
+def test_concurrent_builds_sharing_a_cache_survive_sigkill(tmp_path: Path) -> None:
+    """Three copies of a project share one cache; two rounds of builds of
+    random variants, half of them SIGKILLed (alone or with their workers)
+    at random moments: every item is old-complete or new-complete, no
+    process outlives its build, the cache's entries are intact, `loom
+    cache stats` is sane, and every rebuild is byte-identical to a clean build."""
+    figures = attacks().kill_storm(tmp_path, rounds=2, builders=3, seed=25)
+    assert figures.findings == [], "\n".join(figures.findings)
+    assert figures.experiments == figures.survived == 6
