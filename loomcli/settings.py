@@ -3,7 +3,10 @@
 The environment is input like any file: a value that cannot mean anything
 is a one-line usage error naming the variable (exit 2), and a value that is
 only too large is clamped to a documented bound. docs/build.md lists them
-all (a test keeps that list and `VARIABLES` in step). Each reader takes the
+all (a test keeps that list, `VARIABLES` and the names read in loomcli in
+step). The resident server's three (`LOOM_SERVER`, `LOOM_SERVER_IDLE`,
+`XDG_RUNTIME_DIR`) are read and checked by `loomcli.runtime.served`, whose
+client runs before anything else is imported. Each reader takes the
 mapping to read (default `os.environ`), so callers and tests can pass their
 own; nothing here caches a value, since a build changes `MAKEFLAGS` for the
 processes it starts.
@@ -33,8 +36,12 @@ VARIABLES = {
     "MAKEFLAGS": "make's jobserver and dry-run flag",
     "XDG_CACHE_HOME": "the cache's parent folder when LOOM_CACHE_DIR is unset (absolute only)",
     "HOME": "the cache's grandparent folder (~/.cache/loom) when neither is set",
-    "TMPDIR": "where a worker's stderr file lives (an absolute folder, else /tmp)",
+    "TMPDIR": "where a worker's stderr file and the resident server's folder live (an absolute folder, else /tmp)",
+    "XDG_RUNTIME_DIR": "the resident server's folder's parent (absolute only; else TMPDIR)",
+    "LOOM_SERVER": "auto/off: whether loom starts or uses a resident server (unset: use a running one)",
+    "LOOM_SERVER_IDLE": "seconds a resident server waits without a command before it exits (1 to 604800)",
     "PTXAS": "the ptxas that builds cubins",
+    "PATH": "where ptxas is looked for when PTXAS is unset and no nvidia-cuda-nvcc package is installed",
     "NO_COLOR": "no colour in the live build display",
     "COLUMNS": "the live display's width (clamped to 20..1000)",
     "CI": "plain progress lines instead of the live display",

@@ -14,7 +14,10 @@ value (so each variant's outputs differ from the others'):
 - `full_disk`: the out-dir and the cache on a small tmpfs, filled so that
   only so many bytes are free, for a sweep of sizes (needs root to mount);
 - `strace_faults`: `strace -f -e inject=write:error=ENOSPC:when=N`, the
-  N-th write of every process failing (needs strace).
+  N-th write of every process failing (needs strace);
+- `hostile_inputs`: FIFOs, links to /dev/zero, huge sparse files, garbage
+  and folders planted at cache entries, the counters and the build's
+  bookkeeping, with a bad environment value (`BAD_VALUES`) each time.
 
 After each experiment, what must hold whatever happened: every item's
 files are one variant's complete set, the old one or the new one (never a
@@ -498,6 +501,108 @@ def strace_faults(work: Path, points: int = 10, seed: int = 1, references: Refer
     return figures
 
 
+# ---------------------------------------------------------------- hostile files and environment values
+
+
+def _plant(rng: random.Random, path: Path) -> str:
+    """Replace the file at `path` with something hostile; what it was."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    kind = rng.choice(["fifo", "dev-zero", "huge", "garbage", "empty", "folder", "dangling"])
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(5 << 30)  # sparse: no disk, and no memory unless it is read
+    elif kind == "garbage":
+        path.write_bytes(os.urandom(rng.randint(1, 4096)))
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(path.parent / "nowhere")
+    return kind
+
+
+BAD_VALUES = {
+    "LOOM_JOBS": ["0", "-1", "many", "1e3", "9" * 40, " ", "4097"],
+    "LOOM_CACHE": ["maybe", "2", "", "OFF"],
+    "LOOM_CACHE_MAX_SIZE": ["lots", "1e400G", "-5M", "9" * 400, "0"],
+    "LOOM_CACHE_DIR": ["", "relative/cache", "/dev/null", "/proc/self"],
+    "SOURCE_DATE_EPOCH": ["abc", "-1", "1e9", "4294967296", "0x10"],
+    "MAKEFLAGS": ["-j4 --jobserver-auth=fifo:/dev/null", "-j4 --jobserver-auth=0,1", "-j4 --jobserver-auth=fifo:",
+                  "-j4 --jobserver-auth=99999999999999999999,1", "-j4 --jobserver-fds=900,901", "-n", "--"],
+    "TMPDIR": ["relative", "/no/such/folder", "/dev/null"],
+    "COLUMNS": ["-5", "100000000", "abc"],
+    "LOOM_TRACE_DIR": ["/dev/null/x", "/proc/self"],
+    "LOOM_SERVER": ["yes", "AUTO"],
+    "LOOM_SERVER_IDLE": ["0", "soon", "99999999"],
+    "XDG_RUNTIME_DIR": ["relative", "/no/such/folder"],
+}
+
+
+def hostile_inputs(work: Path, count: int, seed: int = 1, references: References | None = None) -> Figures:
+    """`count` builds, each with random hostile things planted (cache entries,
+    the counters, the state file and the no-op record) and a random bad
+    environment value: no hang (a timeout), no traceback, no internal error;
+    a usage error is one line and exit 2; otherwise the build's bytes are a
+    clean build's (with `--package`: a package)."""
+    rng = random.Random(seed)
+    refs = references or References(work)
+    figures = Figures()
+    project = make_copy(work / "hostile", VARIANTS[0])
+    out, cache = project / "out", work / "hostile-cache"
+    env = loom_env(cache)
+    want = refs[VARIANTS[0]]
+    for i in range(count):
+        r = subprocess.run(build_argv(project, out), env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        if r.returncode != 0:
+            raise RuntimeError(f"the clean build failed: {r.stderr}")
+        planted = []
+        entries = [p for p in (cache / "v1").glob("*/*") if p.is_file()]
+        for p in rng.sample(entries, min(len(entries), rng.randint(0, 3))):
+            planted.append(f"entry:{_plant(rng, p)}")
+        for name in rng.sample(["stats.json", "stats.lock"], rng.randint(0, 1)):
+            planted.append(f"{name}:{_plant(rng, cache / name)}")
+        for name in rng.sample([".loom-build.json", ".loom-build.noop"], rng.randint(0, 2)):
+            planted.append(f"{name}:{_plant(rng, out / name)}")
+        name = rng.choice(sorted(BAD_VALUES))
+        value = rng.choice(BAD_VALUES[name])
+        argv = build_argv(project, out, "--package") if name == "SOURCE_DATE_EPOCH" else build_argv(project, out)
+        if rng.random() < 0.5:  # outputs gone too: they come from the hostile cache or are compiled
+            shutil.rmtree(out / "amdgpu-gfx1100", ignore_errors=True)
+        what = f"#{i} {name}={value!r} {planted}"
+        figures.experiments += 1
+        figures.faults += len(planted) + 1
+        lost = []
+        try:
+            r = subprocess.run(argv, env=dict(env, **{name: value}), capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            lost.append(f"{what}: hung")
+        else:
+            err = r.stderr
+            if "Traceback" in err or "internal" in err or r.returncode not in (0, 1, 2):
+                lost.append(f"{what}: exit {r.returncode}: {err[-1500:]}")
+            elif r.returncode == 2 and (err.count("\n") != 1 or name not in err):
+                lost.append(f"{what}: a usage error that is not one line naming {name}: {err}")
+            elif r.returncode == 0 and item_sets(out) != want:
+                lost.append(f"{what}: the build's bytes are not a clean build's")
+        for folder in (cache, out):  # what the test planted goes, whatever loom left of it
+            for p in list(folder.rglob("*")) if folder.is_dir() else []:
+                if p.is_symlink() or p.is_fifo() or (p.is_file() and p.stat().st_size > 256 << 20):
+                    p.unlink()
+        shutil.rmtree(cache / "stats.json", ignore_errors=True)
+        shutil.rmtree(out / ".loom-build.json", ignore_errors=True)
+        shutil.rmtree(out / ".loom-build.noop", ignore_errors=True)
+        lost += [f"{what}: {f}" for f in settle(project, out, env, want)]
+        figures.findings += lost
+        figures.survived += not lost
+    return figures
+
+
 # ---------------------------------------------------------------- all of them
 
 
@@ -507,6 +612,8 @@ def attack(rounds: int, seed: int, log=print) -> Figures:
     total = Figures()
     with tempfile.TemporaryDirectory(prefix="loom-attack-") as folder:
         work = Path(folder)
+        for sub in ("storm", "opens", "disk", "strace", "hostile"):
+            (work / sub).mkdir()
         refs = References(work)
         steps = [
             ("concurrent builds under SIGKILL", lambda: kill_storm(work / "storm", rounds, seed=seed, references=refs)),
@@ -514,10 +621,11 @@ def attack(rounds: int, seed: int, log=print) -> Figures:
             ("a full disk (tmpfs)", lambda: full_disk(work / "disk", max(8, rounds // 2), refs)),
             ("strace: ENOSPC at the N-th write", lambda: strace_faults(work / "strace", max(10, rounds), seed,
                                                                        refs)),
+            ("hostile cache, bookkeeping and environment", lambda: hostile_inputs(work / "hostile", 4 * rounds, seed,
+                                                                                  refs)),
         ]
         for name, step in steps:
             start = time.monotonic()
-            (work / name.split()[0]).mkdir(exist_ok=True)
             got = step()
             if got is None:
                 log(f"{name}: skipped (not possible here)")

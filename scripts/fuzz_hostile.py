@@ -13,7 +13,16 @@ whose canonical text does not parse back to the same text.
     python3 scripts/fuzz_hostile.py --count 2000 --seed 1
     python3 scripts/fuzz_hostile.py --npy --count 100000   # the .npy reader of check.generate.file
 
-The test suite runs a small, fixed-seed slice of this (tests/test_hostile.py).
+With `--builds`, whole builds are attacked instead (scripts/attack_builds.py:
+concurrent builds sharing a cache under SIGKILL, a disk full from every
+opening for writing, a full tmpfs, strace's ENOSPC injection, hostile cache
+entries, counters, bookkeeping and environment values), `--rounds` sizing
+each experiment:
+
+    python3 scripts/fuzz_hostile.py --builds --rounds 40 --seed 1
+
+The test suite runs small, fixed-seed slices of both (tests/test_hostile.py,
+tests/test_hostile_build.py).
 """
 
 from __future__ import annotations
@@ -355,7 +364,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show", type=int, default=10, help="findings to print in full")
     ap.add_argument("--npy", action="store_true", help="fuzz the .npy reader of check.generate.file instead")
+    ap.add_argument("--builds", action="store_true", help="attack whole builds (scripts/attack_builds.py)")
+    ap.add_argument("--rounds", type=int, default=10, help="with --builds: the size of each experiment")
     args = ap.parse_args()
+    if args.builds:
+        return attack_builds(args.rounds, args.seed, args.show)
     if args.npy:
         found = fuzz_npy(args.count, args.seed)
         print(f"npy inputs {args.count}, findings {len(found)}")
@@ -377,6 +390,19 @@ def main() -> int:
         print(" ".join(f.argv))
         print(f.detail)
     return 1 if tally.findings else 0
+
+
+def attack_builds(rounds: int, seed: int, show: int) -> int:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import attack_builds as attacks
+
+    start = time.monotonic()
+    figures = attacks.attack(rounds, seed)
+    print(f"all: {figures.line()} in {time.monotonic() - start:.0f} s")
+    for finding in figures.findings[:show]:
+        print("-" * 60)
+        print(finding)
+    return 1 if figures.findings else 0
 
 
 if __name__ == "__main__":

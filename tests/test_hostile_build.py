@@ -218,13 +218,16 @@ def test_12_a_source_over_the_input_limit_is_refused_before_reading(tmp_path: Pa
     assert r.returncode == 1 and "k/set0/big.loom: input larger than the 64 MiB limit" in clean(r)
 
 
+@pytest.mark.parametrize("command", ["build -f", "build", "test"])
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge", "folder"])
-def test_13_the_project_file_is_bounded_and_typed(tmp_path: Path, kind: str) -> None:
+def test_13_the_project_file_is_bounded_and_typed(tmp_path: Path, kind: str, command: str) -> None:
     """`loom build -f /dev/zero` printed a MemoryError traceback from the
-    no-op check; a FIFO loom.toml hung. Both the no-op check and the full
-    command now refuse them before reading."""
+    no-op check; a FIFO loom.toml hung. The no-op check and every command
+    that reads a loom.toml (`build`, `test`) refuse them before reading."""
     path = tmp_path / "loom.toml"
     if kind == "dev-zero":
+        if command != "build -f":
+            pytest.skip("only -f names a device")
         path = Path("/dev/zero")
     elif kind == "fifo":
         os.mkfifo(path)
@@ -233,7 +236,8 @@ def test_13_the_project_file_is_bounded_and_typed(tmp_path: Path, kind: str) -> 
             f.truncate(5 << 30)
     else:
         path.mkdir()
-    r = loom("build", "-f", str(path), str(tmp_path), env=env_for(tmp_path / "cache"))
+    argv = ["build", "-f", str(path)] if command == "build -f" else [command]
+    r = loom(*argv, str(tmp_path), env=env_for(tmp_path / "cache"))
     assert r.returncode in (1, 2) and r.stderr.count("\n") == 1 and str(path) in clean(r), r.stderr
 
 
@@ -347,6 +351,27 @@ def test_the_cache_folder_each_setting_names(tmp_path: Path) -> None:
     import pwd
 
     assert settings.cache_dir({"HOME": ""}) == os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "loom")
+
+
+def test_every_environment_variable_loom_reads_is_listed_and_documented() -> None:
+    """settings.VARIABLES, docs/build.md's table and the names read anywhere
+    in loomcli are one list: a new variable read without its check and its
+    line in the docs fails here."""
+    import re
+
+    from loomcli import settings
+
+    table = (ROOT / "docs" / "build.md").read_text().split("## The environment", 1)[1]
+    assert set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.MULTILINE)) == set(settings.VARIABLES)
+    read: set[str] = set()
+    for path in (ROOT / "loomcli").rglob("*.py"):
+        source = path.read_text()
+        read |= set(re.findall(r'(?:\benv|environ|_env\(environ\))\.get\(\s*"([A-Z][A-Z0-9_]*)"', source))
+        read |= set(re.findall(r'^ENV_[A-Z]+ = "([A-Z_]+)"', source, re.MULTILINE))
+        read |= set(re.findall(r'\bflag\("([A-Z_]+)"', source))
+    assert {"LOOM_CACHE_DIR", "LOOM_SERVER", "LOOM_CACHE", "XDG_RUNTIME_DIR"} <= read  # the scan sees them
+    passed_on = {"PYTHONPATH"}  # handed to the processes loom starts, never interpreted
+    assert read - passed_on <= set(settings.VARIABLES), sorted(read - passed_on - set(settings.VARIABLES))
 
 
 # ---------------------------------------------------------------- 5: Ctrl-C from the first instruction to the last
