@@ -86,9 +86,10 @@ def _io_error(e: OSError, path: str) -> OSError:
     return OSError(e.errno, e.strerror or str(e), path)
 
 
-def _destination(path: str) -> tuple[str, bool, bool]:
+def _destination(path: str, own: bool = False) -> tuple[str, bool, bool]:
     """(where to write, whether to write it in place, whether it exists):
-    symlinks resolve to their target; special files are written in place."""
+    symlinks resolve to their target; special files are written in place.
+    `own` (loom's own files): the path itself, whatever stands there replaced."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -96,7 +97,7 @@ def _destination(path: str) -> tuple[str, bool, bool]:
     except OSError as e:
         raise _io_error(e, path) from None
     real = path
-    if stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode) and not own:
         real = os.path.realpath(path)
         try:
             st = os.stat(real)
@@ -106,20 +107,7 @@ def _destination(path: str) -> tuple[str, bool, bool]:
             raise _io_error(e, path) from None
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory", path)
-    return real, not stat.S_ISREG(st.st_mode), True
-
-
-def _own_destination(path: str) -> tuple[str, bool, bool]:
-    """`_destination` for loom's own files: the path itself, replaced."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path, False, False
-    except OSError as e:
-        raise _io_error(e, path) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(21, "Is a directory", path)
-    return path, False, True
+    return real, not own and not stat.S_ISREG(st.st_mode), True
 
 
 def write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str] = (),
@@ -174,7 +162,7 @@ def _write_outputs(outputs: Sequence[tuple[str, bytes]], inputs: Iterable[str], 
         if path == STDOUT:
             plan.append((path, path, True, True, data))
             continue
-        real, direct, exists = _own_destination(path) if own else _destination(path)
+        real, direct, exists = _destination(path, own)
         if not alone:
             key = _identity(real) or os.path.realpath(real)
             if key in seen and key not in outs:

@@ -66,6 +66,11 @@ class Figures:
         self.survived += other.survived
         self.findings += other.findings
 
+    def record(self, lost: list[str]) -> None:
+        """One experiment's findings (none: it survived)."""
+        self.findings += lost
+        self.survived += not lost
+
     def line(self) -> str:
         return (f"{self.experiments} experiments, {self.faults} faults injected, {self.kills} kills, "
                 f"{self.survived} survived with nothing lost, {len(self.findings)} findings")
@@ -189,6 +194,16 @@ def settle(project: Path, out: Path, env: dict[str, str], want: dict[str, dict[s
     return found
 
 
+def aftermath(label: str, bad: str | None, project: Path, out: Path, cache: Path, env: dict[str, str],
+              old: dict[str, dict[str, bytes]], new: dict[str, dict[str, bytes]]) -> list[str]:
+    """Everything that must hold after one attacked build of `project` from
+    the `old` outputs to the `new` (see the module docstring); `bad`: how
+    the run itself ended wrongly, if it did."""
+    found = [bad] if bad else []
+    found += check_out(out, old, new) + check_cache(cache, env, settled=True) + settle(project, out, env, new)
+    return [f"{label}: {f}" for f in found]
+
+
 def bad_ending(r: subprocess.CompletedProcess) -> str | None:
     """A run that was not killed must end cleanly: exit 0, or an error in one line, never a traceback."""
     if r.returncode == 0:
@@ -267,8 +282,7 @@ def kill_storm(work: Path, rounds: int, builders: int = 3, seed: int = 1,
         for i, run in enumerate(runs):
             lost[i] += settle(run.copy.project, run.copy.out, env, refs[run.variant])
             run.copy.variant = run.variant
-            figures.findings += lost[i]
-            figures.survived += not lost[i]
+            figures.record(lost[i])
         figures.findings += check_cache(cache, env, settled=True)
     return figures
 
@@ -378,12 +392,8 @@ def write_faults(work: Path, points: int | None = None, seed: int = 1, reference
                            capture_output=True, text=True, timeout=TIMEOUT)
         figures.experiments += 1
         figures.faults += 1
-        lost = [f"fault at opening {k} of {n}: {bad}"] if (bad := bad_ending(r)) else []
-        lost += [f"fault at opening {k}: {f}" for f in check_out(out, refs[VARIANTS[0]], refs[VARIANTS[2]])]
-        lost += [f"fault at opening {k}: {f}" for f in check_cache(cache, env, settled=True)]
-        lost += [f"fault at opening {k}: {f}" for f in settle(project, out, env, refs[VARIANTS[2]])]
-        figures.findings += lost
-        figures.survived += not lost
+        figures.record(aftermath(f"fault at opening {k} of {n}", bad_ending(r), project, out, cache, env,
+                                 refs[VARIANTS[0]], refs[VARIANTS[2]]))
     return figures
 
 
@@ -445,13 +455,9 @@ def full_disk(work: Path, steps: int = 8, references: References | None = None) 
             r = subprocess.run(build_argv(project, out), env=env, capture_output=True, text=True, timeout=TIMEOUT)
             figures.experiments += 1
             figures.faults += r.returncode != 0 or "No space left" in r.stderr
-            lost = [f"{leave} bytes free: {bad}"] if (bad := bad_ending(r)) else []
-            lost += [f"{leave} bytes free: {f}" for f in check_out(out, refs[VARIANTS[0]], refs[VARIANTS[1]])]
             (disk / "filler").unlink()
-            lost += [f"{leave} bytes free: {f}" for f in check_cache(cache, env, settled=True)]
-            lost += [f"{leave} bytes free: {f}" for f in settle(project, out, env, refs[VARIANTS[1]])]
-            figures.findings += lost
-            figures.survived += not lost
+            figures.record(aftermath(f"{leave} bytes free", bad_ending(r), project, out, cache, env,
+                                     refs[VARIANTS[0]], refs[VARIANTS[1]]))
     return figures
 
 
@@ -491,13 +497,9 @@ def strace_faults(work: Path, points: int = 10, seed: int = 1, references: Refer
         figures.experiments += 1
         figures.faults += 1
         # A failed write to stderr may cut the one line short: exit 0, 1 or 3, never a traceback.
-        lost = [f"write {n}: exit {r.returncode}: {r.stderr[-1500:]}"] \
-            if r.returncode not in (0, 1, 3) or "Traceback" in r.stderr else []
-        lost += [f"write {n}: {f}" for f in check_out(out, refs[VARIANTS[0]], refs[VARIANTS[1]])]
-        lost += [f"write {n}: {f}" for f in check_cache(cache, env, settled=True)]
-        lost += [f"write {n}: {f}" for f in settle(project, out, env, refs[VARIANTS[1]])]
-        figures.findings += lost
-        figures.survived += not lost
+        bad = f"exit {r.returncode}: {r.stderr[-1500:]}" \
+            if r.returncode not in (0, 1, 3) or "Traceback" in r.stderr else None
+        figures.record(aftermath(f"write {n}", bad, project, out, cache, env, refs[VARIANTS[0]], refs[VARIANTS[1]]))
     return figures
 
 
@@ -598,8 +600,7 @@ def hostile_inputs(work: Path, count: int, seed: int = 1, references: References
         shutil.rmtree(out / ".loom-build.json", ignore_errors=True)
         shutil.rmtree(out / ".loom-build.noop", ignore_errors=True)
         lost += [f"{what}: {f}" for f in settle(project, out, env, want)]
-        figures.findings += lost
-        figures.survived += not lost
+        figures.record(lost)
     return figures
 
 
