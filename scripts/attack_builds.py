@@ -632,6 +632,8 @@ def attack(rounds: int, seed: int, log=print) -> Figures:
                 log(f"{name}: skipped (not possible here)")
                 continue
             log(f"{name}: {got.line()} ({time.monotonic() - start:.0f} s)")
+            for finding in got.findings:
+                log(f"  finding: {finding[:3000]}")
             total.add(got)
     return total
 
