@@ -357,6 +357,30 @@ def test_cleaning_a_folder_loom_did_not_make_deletes_nothing(tmp_path: Path, mon
     assert capsys.readouterr().err.count("loom did not make") == 1
 
 
+def test_a_counters_writer_killed_midway_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A build SIGKILLed while it replaced `stats.json` left its `.tmp-` file
+    in the cache folder for an hour. Writers of the counters hold their
+    lock, so the next one removes such a file at once; a young temporary
+    file in a shard (an entry being written) stays, and so does everything
+    in a folder that holds files loom did not make."""
+    cache = Cache(str(tmp_path))
+    cache.put(KEY_A, b"x")
+    dead = tmp_path / ".tmp-0123456789abcdef"
+    dead.write_bytes(b'{"hits": 1')  # cut short where the writer died
+    live = tmp_path / "v1" / "aa" / ".tmp-fedcba9876543210"
+    live.write_bytes(b"")
+    assert cache.get(KEY_A) == b"x"
+    cache.record_totals()
+    assert not dead.exists() and live.exists()
+    assert json.loads((tmp_path / "stats.json").read_text())["hits"] == 1
+    dead.write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("the user's")  # a folder loom did not make alone: left alone
+    cache = Cache(str(tmp_path))
+    assert cache.get(KEY_A) == b"x"
+    cache.record_totals()
+    assert dead.exists() and json.loads((tmp_path / "stats.json").read_text())["hits"] == 2
+
+
 def test_temporary_names_are_only_looms_own(tmp_path: Path) -> None:
     """Only `.tmp-` and 16 hex digits, where loom writes them (the folder and
     its shards), count as loom's temporary files; anything else is foreign."""

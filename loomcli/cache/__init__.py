@@ -481,8 +481,28 @@ class Cache:
             return damaged(str(e))
 
     def _write_totals(self, totals: dict[str, int]) -> None:
+        """Replace `stats.json` (the caller holds the counters' lock). Only a
+        writer of the counters puts a temporary file in the cache folder
+        itself (entries are written in their shards), and every such writer
+        holds this lock: one found now belongs to a writer that was killed
+        between creating and renaming it, and is removed at once instead of
+        an hour later (`STALE_TEMP_AGE_S`); not in a folder that holds
+        anything loom did not make (cleaning leaves such a folder alone)."""
         raw = (json.dumps({k: totals.get(k, 0) for k in COUNTERS}, sort_keys=True) + "\n").encode()
         _publish(self.root, STATS_FILE, raw, replace=True)
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        temps = [name for name in names if _TEMP.match(name)]
+        if not temps or any(name not in (VERSION_FOLDER, STATS_FILE, LOCK_FILE) for name in names if name not in temps):
+            return
+        for name in temps:
+            path = os.path.join(self.root, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == self._uid:
+                    os.unlink(path)
 
 
 def _counts(raw: bytes) -> dict[str, int]:
