@@ -254,6 +254,23 @@ def test_13_a_fifo_at_the_state_files_never_hangs(tmp_path: Path) -> None:
     assert outputs(out) == want and (out / ".loom-build.json").is_file()
 
 
+def test_a_killed_builds_temporary_files_go_even_when_all_is_up_to_date(tmp_path: Path) -> None:
+    """A build SIGKILLed between naming a temporary file and renaming it (the
+    state file, the no-op record, an output of an item that is current
+    again) left `.loom-*.tmp` for good: the next build cleaned only when
+    something was stale."""
+    project = make_project(tmp_path / "p", sets=1, per_set=1)
+    out = project / "build" / "loom"
+    assert loom("build", str(project), "-q", env=env_for(None)).returncode == 0
+    strays = [out / ".loom-0123456789ab.tmp", out / "spirv-vulkan1.3" / ".loom-ba9876543210.tmp"]
+    for stray in strays:
+        stray.write_bytes(b"half")
+    (out / ".loom-build.noop").unlink(missing_ok=True)  # as a kill before the record was renamed leaves it
+    r = loom("build", str(project), env=env_for(None))
+    assert r.returncode == 0 and "1 up to date" in r.stdout, clean(r)
+    assert not any(stray.exists() for stray in strays)
+
+
 # ---------------------------------------------------------------- 14: output names checked at load
 
 

@@ -185,10 +185,13 @@ class Build:
         targets = self.report.targets
         self.progress.plan(targets, {t: sum(1 for i in self.entries if i.target == t) for t in targets})
         todo, commands_todo = self._stale(self.items), self._stale(self.commands)
+        # Also when all is up to date: a build killed between naming a
+        # temporary file and renaming it (the state file, the no-op record,
+        # an output of an item that is current again) left it there.
+        _clean_strays(self.out_dir)
         if todo or commands_todo:
             from loomcli.cache import open_cache
 
-            _clean_strays(self.out_dir)
             self.cache = open_cache(self.options.no_cache, warn=self.warn)
             # Cache before scheduling: every hit is published here, so a build
             # whose stale items all hit opens no compile session (no pool, no
