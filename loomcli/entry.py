@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     if argv is not None or sys.gettrace() is not None or sys.getprofile() is not None:
         # a caller, a profiler or coverage wants the ordinary exit (their reports are written at it)
         return _run(list(sys.argv[1:] if argv is None else argv))
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # no stub; the light, enum-free signal module
 
     _signal.signal(_signal.SIGINT, _on_interrupt)
     sys.audit("loom.main")

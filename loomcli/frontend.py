@@ -7,7 +7,7 @@ with every diagnostic a file has (phase rules of LANGUAGE.md 17.9).
 from __future__ import annotations
 
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
-from loomcli.files import display_path
+from loomcli.files import display_path as display_path  # re-exported: the commands name it here
 from loomcli.ir.core import Module
 
 BYTECODE_MAGIC = b"LOOMBC"

@@ -528,7 +528,7 @@ def _counts(raw: bytes) -> dict[str, int]:
 
 def _read_bounded(fd: int, limit: int) -> bytes | None:
     """Up to `limit` bytes of `fd`; None when there are more."""
-    chunks = []
+    chunks: list[bytes] = []
     total = 0
     while True:
         chunk = os.read(fd, min(limit + 1 - total, 1 << 20))
