@@ -536,6 +536,8 @@ def strace_faults(work: Path, points: int = 10, seed: int = 1, references: Refer
 
 def _plant(rng: random.Random, path: Path) -> str:
     """Replace the file at `path` with something hostile; what it was."""
+    if path.is_dir() and not path.is_symlink():  # planted by an earlier experiment
+        shutil.rmtree(path)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     kind = rng.choice(["fifo", "dev-zero", "huge", "garbage", "empty", "folder", "dangling"])
