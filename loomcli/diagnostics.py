@@ -8,6 +8,7 @@ diagnostics in a `Diagnostics` list; phases that stop at the first error raise
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # The code table of LANGUAGE.md section 14: code -> message template.
@@ -52,7 +53,7 @@ CODES: dict[str, str] = {
     "LINK/008": "`@{fam}`: chose `@{w}`; `@{u}` stayed unknown",
     "TARGET/001": "unknown or mismatched target, key or fact `{text}`",
     "TARGET/002": "workgroup size of `@{k}` must be constant on {target}",
-    "TARGET/003": "workgroup size {x}x{y}x{z} exceeds {target}",
+    "TARGET/003": "workgroup size {x}x{y}x{z} exceeds {target}: {limit}",
     "TARGET/004": "workgroup storage {n} > {limit} bytes",
     "TARGET/005": "`@{k}` needs {feature}, which {target} lacks",
     "TARGET/006": "push constants of `@{k}` take {n} > {limit} bytes",
@@ -65,7 +66,7 @@ CODES: dict[str, str] = {
     "LAUNCH_CONFIG/008": "{field} of `@{s}` launch does not fold",
     "BYTECODE/001": "not Loom bytecode, or unsupported version {v}",
     "BYTECODE/003": "malformed at byte {offset}: {why}",
-    "EXEC/001": "out of bounds: {view}[{indices}]",
+    "EXEC/001": "out of bounds: {view}[{indices}] in `@{kernel}`, extents [{extents}]",
     "EXEC/002": "undefined behaviour: {why}",
     "EXEC/003": "step budget exhausted: the launch ran more than {n} operations (loom test --max-steps)",
     "CHECK/001": "at {position}: actual {a}, expected {e}",
@@ -83,6 +84,7 @@ class Diagnostic:
     severity: str = "error"
     end_line: int = 0
     end_column: int = 0
+    target: str | None = None  # the target profile a per-target diagnostic is about (`amdgpu:gfx1100`)
 
     @classmethod
     def make(cls, code: str, file: str, loc: tuple[int, int], severity: str = "error", **fields: object) -> Diagnostic:
@@ -112,12 +114,27 @@ class Diagnostic:
         return f"{head}\n{text}\n{pad}^"
 
     def to_json(self) -> str:
+        """One JSON object. `end_column` is the column just past the
+        diagnostic's token (exclusive, as in LSP and SARIF), the start column
+        where no source is known; `target` is null for a diagnostic that
+        holds on every target."""
         return json.dumps({
             "severity": self.severity, "code": self.code, "message": self.message,
             "file": self.file, "line": self.line, "column": self.column,
             "end_line": self.end_line or self.line,
             "end_column": self.end_column or self.column,
+            "target": self.target,
         }, ensure_ascii=False)
+
+
+def did_you_mean(word: str, choices: Iterable[str], prefix: str = "", cutoff: float = 0.6) -> str:
+    """`; did you mean `x`?` for the closest of `choices` to an unknown `word`
+    (an op, a type, a symbol), or "" when none is close. Runs only on the
+    error path, so its difflib import costs a good compile nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(choices) - {word}), n=1, cutoff=cutoff)
+    return f"; did you mean `{prefix}{close[0]}`?" if close else ""
 
 
 class CompileError(Exception):

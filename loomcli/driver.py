@@ -61,9 +61,20 @@ class DiagnosticPrinter:
     def emit(self, diags: list[Diagnostic]) -> None:
         for d in diags:
             if self.fmt == "json":
+                if d.line > 0 and not d.end_column:
+                    self._end_position(d)
                 click.echo(d.to_json(), err=True)
             else:
                 click.echo(d.render(self._source(d.file)), err=True)
+
+    def _end_position(self, d: Diagnostic) -> None:
+        """A diagnostic carries its start; it ends where the token there ends."""
+        source = self._source(d.file)
+        lines = source.split("\n") if source is not None else []
+        if d.line <= len(lines):
+            from loomcli.text.lexer import token_end
+
+            d.end_line, d.end_column = d.line, token_end(lines[d.line - 1].rstrip("\r"), d.column)
 
 
 def diagnostics_format(args: list[str]) -> str:

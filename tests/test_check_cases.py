@@ -213,8 +213,20 @@ def test_expect_failures_report_check_001_at_the_first_failing_position() -> Non
     assert not result.passed
     (d,) = result.diagnostics
     assert (d.code, d.file, d.line, d.column) == ("CHECK/001", "case.loom", 11, 3)
-    assert d.message == "at [1, 2]: actual 5.0, expected 5.5"
-    assert d.render().endswith("error [CHECK/001]: at [1, 2]: actual 5.0, expected 5.5")
+    assert d.message == "at [1, 2]: actual 5.0, expected 5.5 (sample @c)"
+    assert d.render().endswith("error [CHECK/001]: at [1, 2]: actual 5.0, expected 5.5 (sample @c)")
+
+
+def test_check_001_names_the_failing_sample() -> None:
+    results = run("""check.case @c {
+  %n = check.param.choice values([1, 2, 3]) name("n") : index
+  %one = check.literal value(1) : index
+  check.expect.equal actual(%n) expected(%one) : index
+  check.return
+}
+""")
+    assert [d.message for r in results for d in r.diagnostics] == [
+        "at []: actual 2, expected 1 (sample @c [n=2])", "at []: actual 3, expected 1 (sample @c [n=3])"]
 
 
 def test_a_sample_goes_on_after_a_failed_expectation() -> None:
@@ -227,7 +239,8 @@ def test_a_sample_goes_on_after_a_failed_expectation() -> None:
   check.return
 }
 """)
-    assert [d.message for d in result.diagnostics] == ["at [0]: actual 1, expected 2", "at [0]: actual 2, expected 1"]
+    assert [d.message for d in result.diagnostics] == ["at [0]: actual 1, expected 2 (sample @c)",
+                                                       "at [0]: actual 2, expected 1 (sample @c)"]
 
 
 def test_equal_passes_signed_zeros_and_nans() -> None:
@@ -244,7 +257,7 @@ def test_equal_passes_signed_zeros_and_nans() -> None:
 }
 """)
     (d,) = result.diagnostics
-    assert d.message == "at [0]: actual nan, expected nan" and d.line == 16
+    assert d.message == "at [0]: actual nan, expected nan (sample @c)" and d.line == 16
 
 
 def test_scalar_expectations() -> None:
@@ -258,7 +271,7 @@ def test_scalar_expectations() -> None:
   check.return
 }
 """)
-    assert [d.message for d in result.diagnostics] == ["at []: actual 1.5, expected 2.5"]
+    assert [d.message for d in result.diagnostics] == ["at []: actual 1.5, expected 2.5 (sample @c)"]
 
 
 def test_launches_see_and_leave_tensors_in_place() -> None:

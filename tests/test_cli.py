@@ -105,7 +105,7 @@ def test_diagnostics_text_and_json(tmp_path: Path) -> None:
     obj = json.loads(j.stderr.decode().strip())
     assert obj == {"severity": "error", "code": "TYPE/001",
                    "message": "operand 1 of scalar.addf: expected f32, found i32",
-                   "file": "k.loom", "line": 2, "column": 24, "end_line": 2, "end_column": 24}
+                   "file": "k.loom", "line": 2, "column": 24, "end_line": 2, "end_column": 26, "target": None}
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"LOOMBC\x00\x01\x02", b"", b"%", b"kernel.def @k("],

@@ -92,7 +92,8 @@ def test_a_failing_expectation_reports_check_001_and_exit_1(tmp_path: Path) -> N
                                      "FAIL @saxpy_case [n=1009]", "0 passed, 1 failed"]
     line = source.splitlines().index(
         "  check.expect.equal actual(%y) expected(%want) : tensor<[%n]xf32>") + 1
-    assert f"{wrong}:{line}:3: error [CHECK/001]: at [1]: actual 3.0, expected 3.5" in r.stderr
+    assert (f"{wrong}:{line}:3: error [CHECK/001]: at [1]: actual 3.0, expected 3.5 (sample @saxpy_case [n=128])"
+            in r.stderr)
 
 
 def test_several_files_one_summary_and_case_filter() -> None:

@@ -98,7 +98,7 @@ def test_out_of_bounds_store_is_exec_001() -> None:
     assert r.returncode == 1 and "FAIL @oob_case" in r.stdout
     m = _diagnostic(r)
     assert (m[2], m[3], m[4]) == ("11", "3", "EXEC/001")
-    assert m[5] == "out of bounds: %v[3]"
+    assert m[5] == "out of bounds: %v[3] in `@oob`, extents [3] (sample @oob_case)"
 
 
 def test_division_by_zero_is_exec_002() -> None:

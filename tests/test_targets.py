@@ -276,6 +276,7 @@ def test_check_module_reports_records_and_kernels() -> None:
     diags = check_module(module, parse_target("gfx1100"))
     assert [d.render() for d in diags] == [
         "m.loom:1:1: error [TARGET/001]: unknown or mismatched target, key or fact `wave`",
-        "m.loom:6:68: error [TARGET/003]: workgroup size 1x4096x1 exceeds amdgpu:gfx1100",
+        "m.loom:6:68: error [TARGET/003]: workgroup size 1x4096x1 exceeds amdgpu:gfx1100: "
+        "at most 1024x1024x1024 per axis",
     ]
     assert check_module(module, None)[1:] == []  # no target: only the records are checked

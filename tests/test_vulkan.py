@@ -243,7 +243,7 @@ def test_cases_run_through_the_abi_on_a_handwritten_saxpy(runner: VulkanRunner, 
         assert [r.passed for r in results] == passed
     # alpha = 3: y = 3x + 1 where 2x + 1 is expected; x = 0 still agrees.
     (d,) = results[1].diagnostics
-    assert (d.code, d.message) == ("CHECK/001", "at [1]: actual 4.0, expected 3.0")
+    assert (d.code, d.message) == ("CHECK/001", "at [1]: actual 4.0, expected 3.0 (sample @saxpy_case [n=128])")
     assert d.file.endswith("saxpy_wrong.loom")
 
 

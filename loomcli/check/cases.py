@@ -246,6 +246,12 @@ class SampleResult:
     def passed(self) -> bool:
         return not any(d.severity == "error" for d in self.diagnostics)
 
+    @property
+    def name(self) -> str:
+        """`@case [n=128]`, as the PASS and FAIL lines name the sample."""
+        label = self.sample.label()
+        return f"@{self.case} {label}" if label else f"@{self.case}"
+
 
 class CaseRunner(Evaluator):
     """Runs check cases of one module on host values, launching kernels through `launcher`."""
@@ -271,6 +277,9 @@ class CaseRunner(Evaluator):
         finally:
             self.sample = None
             self.result = None
+        # A location points at the op; which of the case's samples failed is said here, once for all codes.
+        for d in result.diagnostics:
+            d.message += f" (sample {result.name})"
         return result
 
     # -------------------------------------------------------------- ops

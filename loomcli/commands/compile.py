@@ -15,6 +15,7 @@ import os
 
 import click
 
+from loomcli.diagnostics import CompileError
 from loomcli.driver import DiagnosticPrinter, diagnostics_option, jobserver_style_option
 from loomcli.service.outputs import ALL_FORMATS, OutputRequest
 
@@ -103,8 +104,15 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
             return 0  # make -n: say nothing, write nothing
         futures = [session.service.submit(req, f"{stem} {req.target or 'module'}") for req in requests]
         outcomes = [f.result() for f in futures]
+    for outcome in outcomes:
+        if outcome.status == "error":
+            outcome.raise_for_status()
+    # Every target's errors, each said once: one the targets share (a config
+    # left unresolved) is the same error, not one per target.
+    failed = [d for o in outcomes if o.status == "failed" for d in o.diagnostics]
+    if failed:
+        raise CompileError(list({(d.file, d.line, d.column, d.code, d.message): d for d in failed}.values()))
     for planned, outcome in zip(plan.outputs, outcomes):
-        outcome.raise_for_status()
         printer.emit(list(outcome.diagnostics[len(front.warnings):]) if outcome.diagnostics else [])
         if print_selections:
             prefix = f"{planned.profile.name}: " if planned.profile is not None and len(profiles) > 1 else ""

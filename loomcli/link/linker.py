@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.diagnostics import CompileError, Diagnostic, did_you_mean
 from loomcli.ir.attrs import Pred
 from loomcli.ir.clone import clone_op
 from loomcli.ir.core import Module, Operation, Signature, Value, stamp_file
@@ -196,6 +196,9 @@ class _Linker:
                                                   module=f"{module_path} (defined at {self.where((j, d.position))})"))
             elif not self.allow_unresolved:
                 self.diags.append(Diagnostic.make("LINK/001", module_path, decl.loc, s=name))
+                public = (n for n, ds in self.defs.items()
+                          if any(d.op_name == want and self._eligible(d) for _, d in ds))
+                self.diags[-1].message += did_you_mean(name, public, "@")
             return None
         j, d = eligible[0]
         target = (j, d.position)

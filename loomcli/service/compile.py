@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loomcli.diagnostics import Diagnostic
+from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit import Artifact
 from loomcli.emit.artifacts import Emission, manifest
 from loomcli.errors import LoomError, UsageError
@@ -66,10 +66,25 @@ def outcome_for(front: FrontEnd, profile: Profile | None, outputs: Outputs) -> C
     CompileError / LoomError (`compile_request` and callers turn them into
     outcomes)."""
     names = [outputs.format] + ["launch-config"] * outputs.launch_config + ["manifest"] * outputs.manifest
-    made = produce(front, profile, names, outputs.artifact_name, outputs.launch_config_name)
+    try:
+        made = produce(front, profile, names, outputs.artifact_name, outputs.launch_config_name)
+    except CompileError as e:
+        _on_target(e.diagnostics, profile, front)
+        raise
+    _on_target(made.warnings, profile, front)
     return CompileOutcome("ok", made.outputs[outputs.format], made.outputs.get("launch-config", b""),
                           made.outputs.get("manifest", b""), made.warnings, made.selections,
                           extra={"exports": list(made.exports)} if made.target_format else {})
+
+
+def _on_target(diagnostics: Sequence[Diagnostic], profile: Profile | None, front: FrontEnd) -> None:
+    """Name the target on what the back half reports (`--diagnostics=json`'s
+    `target`); what the front end found holds on every target."""
+    if profile is not None:
+        before = {id(d) for d in front.warnings}
+        for d in diagnostics:
+            if d.target is None and id(d) not in before:
+                d.target = profile.name
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,12 @@ class _KernelChecker:
         over_flat = None not in size and size[0] * size[1] * size[2] > p.max_flat_workgroup_size
         if over_axis or over_flat:
             x, y, z = (("?" if s is None else str(s)) for s in size)
-            self.error("TARGET/003", loc, x=x, y=y, z=z, target=p.name)
+            # The limit the size broke, so the user knows what to write instead.
+            if over_axis:
+                limit = "at most {}x{}x{} per axis".format(*p.max_workgroup_size)
+            else:
+                limit = f"{size[0] * size[1] * size[2]} invocations, at most {p.max_flat_workgroup_size}"
+            self.error("TARGET/003", loc, x=x, y=y, z=z, target=p.name, limit=limit)
 
     # ------------------------------------------------------------ storage and ABI
 

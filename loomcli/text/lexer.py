@@ -118,3 +118,16 @@ def tokenize(text: str) -> Tokens:
     texts.append("")
     starts.append(end)
     return toks
+
+
+def token_end(line: str, column: int) -> int:
+    """The 1-based column just past the token that starts at `column` of
+    `line` (a diagnostic's end position); `column` itself where no token
+    starts there (past the end, on a blank)."""
+    start = column - 1
+    if not 0 <= start < len(line) or line[start] in " \t":
+        return column
+    m = _TOKEN_RE.match(line, start)
+    if m is None or m.lastindex is None:
+        return column
+    return m.end(m.lastindex) + 1

@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from loomcli.diagnostics import CompileError, Diagnostic
+from loomcli.diagnostics import CompileError, Diagnostic, did_you_mean
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import DETACHED, MAX_DEPTH, BlockArgument, LocalName, Module, Operation, Region, Value
 from loomcli.ir.gcpause import gc_paused
@@ -140,10 +140,12 @@ class Parser:
 
     # ------------------------------------------------------------ errors
 
-    def fail(self, code: str, offset: int, **fields: Any) -> None:
+    def fail(self, code: str, offset: int, hint: str = "", **fields: Any) -> None:
         if code == "PARSE/004":  # the token as the message shows it: no raw NUL, ESC or other control
             fields["text"] = _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", fields["text"])
-        raise _SyntaxStop(Diagnostic.make(code, self.path, self.loc(offset), **fields))
+        d = Diagnostic.make(code, self.path, self.loc(offset), **fields)
+        d.message += hint
+        raise _SyntaxStop(d)
 
     def describe(self) -> str:
         k = self.kinds[self.i]
@@ -414,7 +416,7 @@ class Parser:
         if k == IDENT:
             t = SCALAR_TYPES.get(text)
             if t is None:
-                self.fail("PARSE/010", self.offset, text=text)
+                self.fail("PARSE/010", self.offset, did_you_mean(text, SCALAR_TYPES), text=text)
             self.i += 1
             return t
         if k == SHAPE:
@@ -436,7 +438,8 @@ class Parser:
             self._bad_shape(text, offset)
         elem = SCALAR_TYPES.get(m.group(3))
         if elem is None or elem.category not in ("int", "float"):
-            self.fail("PARSE/010", offset + m.start(3), text=m.group(3))
+            numeric = (n for n, t in SCALAR_TYPES.items() if t.category in ("int", "float"))
+            self.fail("PARSE/010", offset + m.start(3), did_you_mean(m.group(3), numeric), text=m.group(3))
         dims: list[Any] = []
         static = True
         pos = offset + m.start(2)
@@ -765,7 +768,7 @@ class Parser:
             raise _SyntaxStop(Diagnostic(
                 "PARSE/006", f"unknown operation `{name}`; v1 spells it `{RENAMED_OPS[name]}`",
                 self.path, *self.loc(offset)))
-        self.fail("PARSE/006", offset, op=name)
+        self.fail("PARSE/006", offset, did_you_mean(name, OPS, cutoff=0.8), op=name)  # a shared dialect is no hint
 
     def parse_module(self) -> Module:
         module = Module(self.path)

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from loomcli.diagnostics import Diagnostic
+from loomcli.diagnostics import Diagnostic, did_you_mean
 from loomcli.ir.attrs import Pred, literal_text
 from loomcli.ir.core import Loc, Module, Operation, OpResult, Value
 from loomcli.ir.ops import (
@@ -185,6 +185,8 @@ class VerifierBase:
         target = self.symbols.get(name)
         if target is None:
             self.error("SYMBOL/002", op.loc_of(attr), s=name)
+            same_kind = (n for n, o in self.symbols.items() if o.opdef.symbol_kind == expected)
+            self.diags[-1].message += did_you_mean(name, same_kind, "@")
             return None
         if target.opdef.symbol_kind != expected:
             self.error("SYMBOL/003", op.loc_of(attr), s=name, kind=target.opdef.symbol_kind or target.name,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from loomcli.diagnostics import did_you_mean
 from loomcli.ir.attrs import HashAttr, literal_text
 from loomcli.ir.core import Loc, Operation, Signature, Value
 from loomcli.ir.ops import (
@@ -317,6 +318,8 @@ class SymbolRules(VerifierBase):
             target = self.symbols.get(name)
             if target is None:
                 self.error("SYMBOL/002", op.loc_of(f"symbols{i}"), s=name)
+                self.diags[-1].message += did_you_mean(
+                    name, (n for n, o in self.symbols.items() if o.name.endswith(".decl")), "@")
             elif not target.name.endswith(".decl"):
                 self.error("SYMBOL/003", op.loc_of(f"symbols{i}"), s=name,
                            kind=target.opdef.symbol_kind or target.name, kind2="declaration")
