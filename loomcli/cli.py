@@ -91,11 +91,17 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
         return
     args = ctx.obj if isinstance(ctx.obj, list) else sys.argv[1:]
     as_json = "--json" in args
+    from loomcli.service.version import llvm_release, llvmlite_version
+
+    llvm, llvmlite = llvm_release(), llvmlite_version()
     if as_json:
         click.echo(json.dumps({"name": "loom", "version": __version__,
-                               "python": ".".join(map(str, sys.version_info[:3]))}))
+                               "python": ".".join(map(str, sys.version_info[:3])), "llvm": llvm,
+                               "llvmlite": llvmlite}))
+    elif llvm is None:
+        click.echo(f"loom {__version__} (no usable llvmlite: no AMDGPU or NVPTX code generation)")
     else:
-        click.echo(f"loom {__version__}")
+        click.echo(f"loom {__version__} (LLVM {llvm}, llvmlite {llvmlite})")
     ctx.exit(0)
 
 

@@ -8,6 +8,8 @@ the details).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,13 +23,34 @@ from loomcli.errors import EXIT_COMPILE, EXIT_ENV, EXIT_OK, EXIT_USAGE, LoomErro
 __all__ = ["EXIT_COMPILE", "EXIT_ENV", "EXIT_OK", "EXIT_USAGE", "LoomError", "UsageError", "atomic_write"]
 
 
+# ctx.meta key: what this command line does with warning diagnostics ("show", "error", "none").
+WARNINGS = "loom.warnings"
+
+
 def diagnostics_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every command shares: --diagnostics, -q, -v."""
-    f = click.option("--diagnostics", "diagnostics_format", type=click.Choice(["text", "json"]), default="text",
-                     show_default=True, help="How diagnostics are printed (to stderr).")(f)
-    f = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")(f)
-    f = click.option("-v", "--verbose", is_flag=True, help="Say what is being done.")(f)
-    return f
+    """The options every command shares: --diagnostics, -q, -v, -Werror, -w.
+    The warning policy goes to the command's `DiagnosticPrinter`s through
+    click's context, so no command spells it out."""
+
+    @functools.wraps(f)
+    def command(*args: Any, werror: bool, no_warnings: bool, **kwargs: Any) -> Any:
+        click.get_current_context().meta[WARNINGS] = "error" if werror else "none" if no_warnings else "show"
+        return f(*args, **kwargs)
+
+    c: Callable[..., Any] = command
+    c = click.option("--diagnostics", "diagnostics_format", type=click.Choice(["text", "json"]), default="text",
+                     show_default=True, help="How diagnostics are printed (to stderr).")(c)
+    c = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")(c)
+    c = click.option("-v", "--verbose", is_flag=True, help="Say what is being done.")(c)
+    c = click.option("-Werror", "werror", is_flag=True, help="Make warnings errors (exit 1, nothing written).")(c)
+    c = click.option("-w", "no_warnings", is_flag=True, help="Print no warnings.")(c)
+    return c
+
+
+def config_option(help: str = "Bind a config key (repeatable); -D KEY=VALUE as for clang and glslc.") -> Callable[
+        [Callable[..., Any]], Callable[..., Any]]:
+    """`-D/--config KEY=VALUE` (TOOLCHAIN.md section 14), the same on every command that binds config."""
+    return click.option("-D", "--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help=help)
 
 
 def jobserver_style_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,6 +66,8 @@ class DiagnosticPrinter:
     def __init__(self, fmt: str = "text") -> None:
         self.fmt = fmt
         self.sources: dict[str, str | None] = {}
+        ctx = click.get_current_context(silent=True)
+        self.warnings = ctx.meta.get(WARNINGS, "show") if ctx is not None else "show"
 
     def remember(self, path: str, text: str) -> None:
         self.sources[path] = text
@@ -59,6 +84,15 @@ class DiagnosticPrinter:
         return self.sources[path]
 
     def emit(self, diags: list[Diagnostic]) -> None:
+        """Print `diags`; under -Werror a warning among them raises them all
+        as errors instead (before the command writes anything), under -w
+        warnings are dropped."""
+        if self.warnings != "show" and any(d.severity == "warning" for d in diags):
+            if self.warnings == "none":
+                diags = [d for d in diags if d.severity != "warning"]
+            else:
+                raise CompileError([dataclasses.replace(d, severity="error") if d.severity == "warning" else d
+                                    for d in diags])
         for d in diags:
             if self.fmt == "json":
                 if d.line > 0 and not d.end_column:

@@ -16,6 +16,7 @@ target, and an output that is an input is a usage error.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import stat
@@ -45,16 +46,27 @@ def display_path(path: str) -> str:
     return rel.replace(os.sep, "/")
 
 
+# What the user named wrongly (TOOLCHAIN.md section 14: exit 1, as clang and
+# glslc), as opposed to a machine that failed to read it (EIO ...: exit 3).
+_NAMED_WRONG = (errno.ENOENT, errno.EACCES, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG)
+
+
 def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of input `path` (`-`: standard input). Raises OSError for
-    I/O problems and LoomError (exit 1) for an input above `limit` or one
-    that is not a regular file (see `read_file`)."""
+    """The bytes of input `path` (`-`: standard input). Raises LoomError
+    (exit 1) for a file that is missing, unreadable or a folder, above
+    `limit` or not a regular file (see `read_file`), and OSError for other
+    I/O problems."""
     if path == STDIN:
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:
             raise LoomError("standard input is closed", EXIT_ENV)
         return _bounded(stream, "<stdin>", limit)
-    return read_file(path, limit)
+    try:
+        return read_file(path, limit)
+    except OSError as e:
+        if e.errno in _NAMED_WRONG:
+            raise LoomError(f"{path}: {e.strerror}", EXIT_COMPILE) from None
+        raise
 
 
 def read_file(path: str, limit: int = MAX_INPUT_BYTES, shown: str | None = None) -> bytes:

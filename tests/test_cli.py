@@ -136,10 +136,25 @@ def test_usage_errors_exit_2(tmp_path: Path, argv: list[str], code: int) -> None
         assert r.stderr.decode() == "loom: error: `k=` names no file (write KEY=PATH)\n"
 
 
-def test_missing_input_is_environment_error() -> None:
-    r = loom("fmt", "/nonexistent/x.loom")
-    assert r.returncode == 3
-    assert r.stderr.decode() == "loom: error: /nonexistent/x.loom: No such file or directory\n"
+@pytest.mark.parametrize("argv", [
+    ["fmt", "/nonexistent/x.loom"],
+    ["compile", "/nonexistent/x.loom", "--target", "spirv:vulkan1.3", "-o", "x.spv"],
+    ["link", "/nonexistent/x.loom", "-o", "x.loom"],
+    ["test", "/nonexistent/x.loom"],
+    ["launch-eval", "/nonexistent/x.loom", "@k", "1"],
+    ["compile", str(SAMPLES[0]), "--library", "/nonexistent/x.loom", "-o", "x.loombc"],
+    ["compile", str(SAMPLES[0]), "--config-file", "/nonexistent/x.loom", "-o", "x.loombc"],
+])
+def test_a_missing_input_is_exit_1_not_an_environment_failure(argv: list[str], tmp_path: Path) -> None:
+    """TOOLCHAIN.md section 14: what the user named is not the machine failing."""
+    r = loom(*argv, cwd=tmp_path)
+    assert (r.returncode, r.stderr.decode()) == (1, "loom: error: /nonexistent/x.loom: No such file or directory\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_as_input_is_exit_1(tmp_path: Path) -> None:
+    r = loom("compile", str(tmp_path), "-o", str(tmp_path / "x.loombc"))
+    assert (r.returncode, r.stderr.decode()) == (1, f"loom: error: {tmp_path}: Is a directory\n")
 
 
 def test_unreadable_output_folder_is_environment_error(tmp_path: Path) -> None:

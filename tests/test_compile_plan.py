@@ -32,6 +32,10 @@ def plan(**fields: Any) -> list[tuple[str, str, str, str | None, str | None]]:
     ({"output": "-", "format": "spirv-binary", "targets": ["spirv:vulkan1.3"]},
      [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
     ({"output": "-", "format": "loom-text", "stdout_is_terminal": True}, [("", "loom-text", "-", None, None)]),
+    # -o - with a target and no --format: the target's native format (TOOLCHAIN.md section 14).
+    ({"output": "-", "targets": ["spirv:vulkan1.3"]}, [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
+    ({"output": "-", "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "amdgpu-hsaco", "-", None, None)]),
+    ({"output": "-", "targets": ["nvptx:sm_90"]}, [("nvptx:sm_90", "nvptx-ptx", "-", None, None)]),
     # Side files beside -o are the paths given.
     ({"output": "k.hsaco", "targets": ["gfx1100"], "launch_config": "k.launch.loombc", "manifest": "m.json"},
      [("amdgpu:gfx1100", "amdgpu-hsaco", "k.hsaco", "k.launch.loombc", "m.json")]),
@@ -62,6 +66,9 @@ def test_outputs(fields: dict[str, Any], expected: list[tuple[str, str, str, str
     ({"out_dir": "d", "targets": ["gfx1100", "gfx942"], "depfile": "k.d"},
      "-MF names one depfile; with several targets use -MD"),
     ({"output": "k.bin"}, "-o k.bin: cannot tell the format from the suffix; pass --format"),
+    ({"output": "-"}, "-o -: cannot tell the format from the suffix; pass --format"),
+    ({"output": "-", "targets": ["spirv:vulkan1.3"], "stdout_is_terminal": True},
+     "refusing to write binary output to a terminal; use -o FILE"),
     ({"output": "k.spv"}, "emitting spirv-binary needs --target"),
     ({"output": "-", "format": "spirv-binary", "targets": ["spirv:vulkan1.3"], "stdout_is_terminal": True},
      "refusing to write binary output to a terminal; use -o FILE"),

@@ -16,7 +16,7 @@ import os
 import click
 
 from loomcli.diagnostics import CompileError
-from loomcli.driver import DiagnosticPrinter, diagnostics_option, jobserver_style_option
+from loomcli.driver import DiagnosticPrinter, config_option, diagnostics_option, jobserver_style_option
 from loomcli.service.outputs import ALL_FORMATS, OutputRequest
 
 POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
@@ -31,7 +31,7 @@ POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process
 @click.option("--target-env", "target_env", metavar="ENV", help="glslc spelling: vulkan1.3 = spirv:vulkan1.3.")
 @click.option("--root", "roots", multiple=True, metavar="@SYM", help="Roots (default: every exported kernel).")
 @click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH", help="A library to link against.")
-@click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
+@config_option()
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--pipeline", default="default", show_default=True, help="Pass pipeline text, `default` or `none`.")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option, jobserver_style_option
+from loomcli.driver import DiagnosticPrinter, UsageError, config_option, diagnostics_option, jobserver_style_option
 
 if TYPE_CHECKING:
     from loomcli.frontier import CommandProduct, FrontierOptions
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH", help="A library to link against.")
 @click.option("--root", "roots", multiple=True, metavar="@PROGRAM",
               help="A root command program (default: every public command.program.def, in source order).")
-@click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
+@config_option()
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--spec", "specs", multiple=True, metavar="@PROG.ARG=V",

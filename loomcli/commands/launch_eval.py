@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, config_option, diagnostics_option
 
 if TYPE_CHECKING:
     from loomcli.launch.program import Launch
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print the launch as one JSON object.")
 @click.option("--target", "target", metavar="T", help="Target profile for a source input, e.g. amdgpu:gfx1100.")
 @click.option("--target-env", "target_env", metavar="ENV", help="glslc spelling: vulkan1.3 = spirv:vulkan1.3.")
-@click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key (source).")
+@config_option("Bind a config key of a source input (-D KEY=VALUE; repeatable).")
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (source).")
 @click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH", help="A library to link (source).")

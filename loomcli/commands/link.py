@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loomcli.driver import DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import DiagnosticPrinter, UsageError, config_option, diagnostics_option
 
 if TYPE_CHECKING:
     from loomcli.ir.core import Module
@@ -35,7 +35,7 @@ def output_bytes(module: Module, output: str) -> bytes:
 @click.option("--include-exports", is_flag=True, help="Treat every exported kernel of the inputs as a root.")
 @click.option("--allow-unresolved", is_flag=True, help="Keep declarations that no input defines.")
 @click.option("--require-resolved-config", is_flag=True, help="Every reachable config.get must be bound.")
-@click.option("--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
+@config_option()
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--strip-checks", is_flag=True, help="Drop check cases and benchmarks from the output.")

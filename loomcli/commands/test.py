@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, diagnostics_option
+from loomcli.driver import EXIT_COMPILE, DiagnosticPrinter, UsageError, config_option, diagnostics_option
 
 if TYPE_CHECKING:
     from loomcli.check.session import Linking
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 @click.argument("files", nargs=-1, metavar="FILE... | [DIR]")
 @click.option("--library", "libraries", multiple=True, metavar="[KEY=]PATH",
               help="A library each FILE's declarations resolve to (repeatable).")
-@click.option("-D", "--config", "config_pairs", multiple=True, metavar="KEY=VALUE", help="Bind a config key.")
+@config_option()
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--case", "cases", multiple=True, metavar="@C", help="Run only this case (repeatable).")

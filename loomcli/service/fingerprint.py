@@ -146,6 +146,11 @@ def warm() -> None:
     llvm_version()
 
 
+def llvm_version_file() -> str | None:
+    """The `_version.py` of the llvmlite that would be imported (None: none)."""
+    return _llvm()[1]
+
+
 def llvm_version_stamp() -> tuple[str, list[int]] | None:
     """(path, stamp) of the file `llvm_version` read; None if none or too recent."""
     _, path, stamp = _llvm()

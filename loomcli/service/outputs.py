@@ -93,7 +93,7 @@ def plan_outputs(request: OutputRequest) -> OutputPlan:
     target that does not parse)."""
     profiles = [parse_target(t) for t in request.targets]
     _check_shape(request, len(profiles))
-    module_format = _output_format(request, bool(profiles)) if request.output is not None else None
+    module_format = _output_format(request, profiles) if request.output is not None else None
     stem = os.path.splitext(os.path.basename(request.input))[0]
     each: list[Profile | None] = [*profiles] or [None]  # no target: one module output
     outputs = tuple(_planned(request, profile, stem, module_format) for profile in each)
@@ -122,14 +122,19 @@ def _check_shape(request: OutputRequest, targets: int) -> None:
         raise UsageError("-MF names one depfile; with several targets use -MD")
 
 
-def _output_format(request: OutputRequest, has_target: bool) -> str:
-    """-o's format: --format, else from its suffix."""
+def _output_format(request: OutputRequest, profiles: list[Profile]) -> str:
+    """-o's format: --format, else from its suffix; `-o -` with a target
+    writes the target's native format (TOOLCHAIN.md section 14)."""
     assert request.output is not None
     suffix = os.path.splitext(request.output)[1]
     fmt = request.format or SUFFIX_FORMATS.get(suffix) or MODULE_SUFFIXES.get(suffix)
+    if fmt is None and request.output == STDOUT and len(profiles) == 1:
+        from loomcli.emit import backend_for
+
+        fmt = backend_for(profiles[0]).native_format
     if fmt is None:
         raise UsageError(f"-o {request.output}: cannot tell the format from the suffix; pass --format")
-    if fmt not in MODULE_SUFFIXES.values() and not has_target:
+    if fmt not in MODULE_SUFFIXES.values() and not profiles:
         raise UsageError(f"emitting {fmt} needs --target")
     if request.output == STDOUT and fmt in BINARY and request.stdout_is_terminal:
         raise UsageError("refusing to write binary output to a terminal; use -o FILE")
