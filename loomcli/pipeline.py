@@ -36,6 +36,7 @@ class ConfigSources:
     files: Sequence[str] = ()
     project: Mapping[str, Any] | None = None
     project_path: str = "loom.toml"
+    project_lines: Mapping[str, int] | None = None  # key -> its line in project_path
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def collect_bindings(config: ConfigSources, index: LinkIndex) -> ConfigBindings:
     for path in config.files:
         collector.add_file(path, display_path(path))
     if config.project:
-        collector.add_project(config.project, config.project_path)
+        collector.add_project(config.project, config.project_path, config.project_lines)
     for item in index.inputs:
         if any(s.op_name == "config.def" for s in item.symbols):
             collector.add_module_defs(item.module())

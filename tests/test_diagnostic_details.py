@@ -125,3 +125,59 @@ def test_flat_limit_is_stated(tmp_path: Path) -> None:
     r = loom("compile", "k.loom", "--target", "amdgpu:gfx1100", "-o", "k.hsaco", cwd=tmp_path)
     assert r.returncode == 1
     assert "exceeds amdgpu:gfx1100: 4096 invocations, at most 1024" in r.stderr, r.stderr
+
+
+CONFIGURED = """config.decl @blas.group : %v: index where [pow2(%v)]
+
+kernel.def export("k") @k(%n: index) {
+  %one = index.constant 1 : index
+  %size = config.get @blas.group : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%size, %one, %one) : index
+} launch(%n: index) {
+  kernel.return
+}
+"""
+
+PROJECT = """[project]
+name = "p"
+version = "0.1.0"
+
+[build]
+targets = ["spirv:vulkan1.3"]
+
+[[kernels]]
+name = "k"
+srcs = ["k.loom"]
+"""
+
+
+@pytest.mark.parametrize(("config", "line"), [
+    ('[config]\n"blas.group" = 100\n', 13),
+    ("[config.blas]\nother = 1\ngroup = 100\n", 14),
+    ("[config]\nblas = { group = 100 }\n", 13),
+])
+def test_config_002_from_loom_toml_has_its_line(tmp_path: Path, config: str, line: int) -> None:
+    (tmp_path / "k.loom").write_text(CONFIGURED)
+    (tmp_path / "loom.toml").write_text(PROJECT + "\n" + config)
+    r = loom("build", "--no-cache", "-j1", cwd=tmp_path)
+    assert r.returncode == 1
+    message = f"loom.toml:{line}:1: error [CONFIG/002]: `@blas.group` = 100 violates pow2(@blas.group)\n"
+    assert message in r.stderr, r.stderr
+
+
+def test_config_002_from_a_test_set_has_its_line(tmp_path: Path) -> None:
+    case = """
+check.case public @c {
+  %n = check.literal value(4) : index
+  kernel.launch @k[%n](%n) : [index](index)
+  check.return
+}
+"""
+    (tmp_path / "k.loom").write_text(CONFIGURED + case)
+    sets = '[config]\n"blas.group" = 64\n\n[[test]]\nname = "t"\nsrcs = ["k.loom"]\n' \
+           'config = { "blas.group" = 100 }\ndevices = ["interpreter"]\n'
+    (tmp_path / "loom.toml").write_text(PROJECT + "\n" + sets)
+    r = loom("test", cwd=tmp_path)
+    assert r.returncode == 1
+    message = "loom.toml:18:1: error [CONFIG/002]: `@blas.group` = 100 violates pow2(@blas.group)\n"
+    assert message in r.stderr, r.stderr

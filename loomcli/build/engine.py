@@ -515,6 +515,7 @@ def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: 
     header = {
         "set": ks.name, "srcs": [sources.shown(rel) for rel in ks.srcs], "roots": list(ks.roots),
         "pipeline": project.pipeline, "config": project.config, "project_file": project.file,
+        "config_lines": project.config_lines,
         "libraries": [[name, digest] for name, digest, _ in libs],
         "lengths": [len(b) for b in srcs] + [len(data) for _, _, data in libs],
         "targets": [[i.target, BACKENDS[i.family].native_format, i.files()["artifact"], i.files()["launch_config"]]

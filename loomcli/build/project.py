@@ -62,6 +62,7 @@ class TestSet:
     libraries: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
     devices: tuple[str, ...] = ("auto",)
+    config_lines: dict[str, int] = field(default_factory=dict)  # key -> its line in loom.toml
 
 
 TEST_DEVICES = ("auto", "vulkan", "cpu", "interpreter")
@@ -82,6 +83,7 @@ class Project:
     commands: tuple[CommandSet, ...] = ()
     tests: tuple[TestSet, ...] = ()
     package_format: str = "tar.gz"
+    config_lines: dict[str, int] = field(default_factory=dict)  # [config] key -> its line in loom.toml
     # What a no-op check (loomcli.build.noop) must find unchanged for this
     # reading to still hold: the project file's path and stat stamp, and the
     # stamps of the folders the `srcs` globs listed, taken before reading.
@@ -143,18 +145,51 @@ class _Locator:
 
     def line(self, table: str | None, index: int | None = None, key: str | None = None) -> int:
         if table is None:
-            start, end = 0, len(self.lines)
+            start = 0
         else:
-            start, end = self.sections.get((table, index), (-1, -1))
+            start = self.sections.get((table, index), (-1, -1))[0]
             if start < 0:
                 return 1
         if key is None:
             return start + 1
+        return self.find(table, index, key) or start + 1
+
+    def find(self, table: str | None, index: int | None, key: str) -> int | None:
+        """The line of `key = ...` in that table, None if it is not there."""
+        start, end = (0, len(self.lines)) if table is None else self.sections.get((table, index), (-1, -1))
         pattern = re.compile(rf'^\s*(?:"{re.escape(key)}"|{re.escape(key)})\s*=')
         for i in range(max(start, 0), end):
             if pattern.match(self.lines[i]):
                 return i + 1
-        return start + 1
+        return None
+
+
+def _config_lines(at: _Locator, config: dict[str, Any], table: str, index: int | None) -> dict[str, int]:
+    """The line of each [config] key (dotted, as bound) in loom.toml, so that a
+    CONFIG diagnostic about its value points there: `"a.b" = v` in the table,
+    `b = v` under `[table.a]`, or the `a = {...}` that holds it; else the table's header."""
+    from loomcli.link.config import flatten_keys
+
+    lines = {}
+    for key in flatten_keys(config):
+        parts = key.split(".")
+        found = at.find(table, index, key)
+        for cut in range(1, len(parts)):  # [table.a] b = v, [table.a.b] c = v ...
+            if found is None and index is None:
+                found = at.find(f"{table}.{'.'.join(parts[:cut])}", None, ".".join(parts[cut:]))
+        for cut in range(len(parts) - 1, 0, -1):  # a = { b = v } in the table
+            if found is None:
+                found = at.find(table, index, ".".join(parts[:cut]))
+        lines[key] = found or at.line(table, index)
+    return lines
+
+
+def _test_config_lines(at: _Locator, config: dict[str, Any], index: int) -> dict[str, int]:
+    """A [[test]] set's `config = {...}` is one line (TOML inline tables are): every key is there."""
+    from loomcli.link.config import flatten_keys
+
+    line = at.line("test", index, "config")
+    return dict.fromkeys(flatten_keys(config), line)
 
 
 class _Reader:
@@ -469,7 +504,7 @@ def load_project(folder: str, file: str | None = None, out_dir_option: str | Non
     tests = _test_sets(r, doc, names)
     return Project(
         root=root, file=shown, name=name, version=version, targets=tuple(targets), out_dir=out_dir,
-        pipeline=pipeline, config=dict(config),
+        pipeline=pipeline, config=dict(config), config_lines=_config_lines(r.at, config, "config", None),
         libraries=tuple(Library(n, s, tuple(sorted(set(ls)))) for _, n, s, ls, _ in sections["library"]),
         kernels=tuple(KernelSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["kernels"]),
         commands=tuple(CommandSet(n, s, tuple(sorted(set(ls))), ro) for _, n, s, ls, ro in sections["command"]),
@@ -507,7 +542,8 @@ def _test_sets(r: _Reader, doc: dict[str, Any], names: dict[str, set[str]]) -> t
             if d not in TEST_DEVICES:
                 raise r.fail(r.at.line("test", i, "devices"), shown,
                              f"key `devices`: {d!r} is not a device ({', '.join(TEST_DEVICES)})")
-        sets.append(TestSet(n, srcs, tuple(dict.fromkeys(libs)), dict(config), tuple(dict.fromkeys(devices))))
+        sets.append(TestSet(n, srcs, tuple(dict.fromkeys(libs)), dict(config), tuple(dict.fromkeys(devices)),
+                            _test_config_lines(r.at, config, i)))
     return tuple(sets)
 
 

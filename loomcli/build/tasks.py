@@ -73,7 +73,8 @@ def front_end(header: Header, sources: list[bytes], libraries: list[bytes]) -> F
 
     inputs = Memory([Source(data, shown, source_key(shown)) for shown, data in zip(header["srcs"], sources)],
                     [_library(name, digest, data) for (name, digest), data in zip(header["libraries"], libraries)])
-    config = ConfigSources(project=header["config"], project_path=header["project_file"])
+    config = ConfigSources(project=header["config"], project_path=header["project_file"],
+                           project_lines=header.get("config_lines"))
     return run_front_end(inputs, FrontEndOptions(header["roots"], config, header["pipeline"]))
 
 

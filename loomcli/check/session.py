@@ -93,6 +93,8 @@ class Linking:
     config: tuple[str, ...] = ()
     config_files: tuple[str, ...] = ()
     project_config: dict[str, Any] | None = None   # a [[test]] set's config over the project's [config]
+    project_file: str = "loom.toml"                # where it is written, as shown
+    project_lines: dict[str, int] | None = None    # the line of each of its keys there
 
 
 @dataclass
@@ -208,7 +210,8 @@ class Session:
         compiled = compile_module(CompileOptions(
             input=f.path, libraries=self.linking.libraries, config=self.linking.config,
             config_files=self.linking.config_files,
-            project_config=self.linking.project_config, profile=self.profile, roots=roots, for_execution=True))
+            project_config=self.linking.project_config, project_path=self.linking.project_file,
+            project_lines=self.linking.project_lines, profile=self.profile, roots=roots, for_execution=True))
         self.reporter.diagnostics(compiled.warnings)
         if self.runner is None:
             from loomcli.check.interpreter import DEFAULT_MAX_STEPS, InterpreterLauncher

@@ -144,7 +144,7 @@ def _run_project(folder: str, given: Linking, o: _Options) -> tuple[int, int, in
         libraries = tuple(dict.fromkeys(_shown(project.path(src)) for src in srcs if src not in t.srcs))
         files = tuple(_shown(project.path(src)) for src in t.srcs)
         linking = Linking(libraries + given.libraries, given.config, given.config_files,
-                          {**project.config, **t.config})
+                          {**project.config, **t.config}, project.file, {**project.config_lines, **t.config_lines})
         for device in t.devices:
             if not o.quiet:
                 click.echo(f"loom test: [[test]] {t.name!r} on {device}", err=True)

@@ -114,9 +114,12 @@ class BindingCollector:
             self.add(Binding(key, _file_value(value), f"{shown}:{loc[0]}" if loc[0] else shown, shown, loc,
                              level=1), replace=True)
 
-    def add_project(self, table: Mapping[str, Any], shown: str) -> None:
+    def add_project(self, table: Mapping[str, Any], shown: str, lines: Mapping[str, int] | None = None) -> None:
+        """loom.toml's [config] (or a [[test]] set's `config`): `lines` says where each key is."""
         for key, value in _flatten(dict(table)):
-            self.add(Binding(key, _file_value(value), f"{shown} [config]", shown, (0, 0), level=2))
+            line = (lines or {}).get(key, 0)
+            self.add(Binding(key, _file_value(value), f"{shown}:{line}" if line else f"{shown} [config]", shown,
+                             (line, 1 if line else 0), level=2))
 
     def add_module_defs(self, module: Module) -> None:
         for op in module.ops:
@@ -156,6 +159,11 @@ def _dup_checked(pairs: list[tuple[str, Any]], dups: list[tuple[str, Any]]) -> d
 
 def _too_deep(shown: str) -> CompileError:
     return CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: nested too deeply", shown, 0, 0)])
+
+
+def flatten_keys(obj: dict[str, Any]) -> list[str]:
+    """The dotted keys a config table binds, in document order."""
+    return [key for key, _ in _flatten(obj)]
 
 
 def _flatten(obj: dict[str, Any]) -> Iterable[tuple[str, Any]]:

@@ -171,12 +171,15 @@ class CompileOptions:
     profile: Profile | None = None
     require_resolved_config: bool = False
     project_config: dict[str, object] | None = None
+    project_path: str = "loom.toml"                 # where project_config came from, for diagnostics
+    project_lines: dict[str, int] | None = None     # its keys' lines there
     # The result is emitted, interpreted or evaluated: every reachable
     # config.get must be bound (CONFIG/003, LANGUAGE.md 17.22).
     for_execution: bool = False
 
     def front_end_inputs(self) -> tuple[Files, FrontEndOptions]:
-        config = ConfigSources(self.config, self.config_files, self.project_config)
+        config = ConfigSources(self.config, self.config_files, self.project_config, self.project_path,
+                               self.project_lines)
         return Files((self.input,), self.libraries), FrontEndOptions(
             self.roots, config, self.pipeline, self.require_resolved_config, verify=True)
 
