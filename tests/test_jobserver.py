@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loomcli.runtime import jobserver
 from loomcli.runtime.jobserver import IMPLICIT, Jobserver, TokenGate, connect, parse_makeflags
 
 
@@ -97,7 +98,8 @@ def test_fifo_jobserver(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("makeflags", ["-j2 --jobserver-auth=998,999", "-j2 --jobserver-auth=-2,-2",
                                        "-j2 --jobserver-auth=fifo:/nonexistent/jobs", "-j2 --jobserver-auth=x"])
-def test_an_unusable_jobserver_is_one_warning(makeflags: str) -> None:
+def test_an_unusable_jobserver_is_one_warning(makeflags: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobserver, "make_run", lambda: None)  # not under a make: this process says it
     js, warning, _ = connect({"MAKEFLAGS": makeflags})
     assert js is None and warning is not None and "serially" in warning
 
@@ -165,3 +167,47 @@ def test_only_a_pipe_or_fifo_is_a_jobserver(tmp_path: Path, auth: str) -> None:
     finally:
         for fd in (f, r1, w1, r2, w2):
             os.close(fd)
+
+
+@pytest.mark.parametrize(("tool", "says"), [
+    ("", "Mark the make recipe that runs loom with '+' (or run it through $(MAKE))"),
+    ("CMake 3.25.1 with Unix Makefiles", "under CMake 3.25.1 with Unix Makefiles (jobserver descriptor "
+                                         "998"),
+])
+def test_the_unusable_jobserver_warning_says_what_to_do(tool: str, says: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobserver, "make_run", lambda: None)
+    _, warning, _ = connect({"MAKEFLAGS": "-j2 --jobserver-auth=998,999", "LOOM_BUILD_TOOL": tool})
+    assert warning is not None and says in warning
+
+
+def _fake_proc(root: Path, tree: list[tuple[int, str, int, int]]) -> None:
+    """/proc/<pid>/stat of (pid, comm, ppid, start time)."""
+    for pid, comm, ppid, start in tree:
+        (root / str(pid)).mkdir(parents=True)
+        rest = ["S", str(ppid)] + ["0"] * 17 + [str(start)] + ["0"] * 10
+        (root / str(pid) / "stat").write_text(f"{pid} ({comm}) {' '.join(rest)}\n")
+
+
+def test_make_run_is_the_outermost_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # loom <- sh <- gmake (a sub-make of CMake) <- sh <- make <- bash
+    _fake_proc(tmp_path, [(50, "sh", 40, 7), (40, "gmake", 30, 6), (30, "sh", 20, 5), (20, "make", 10, 4),
+                          (10, "bash", 1, 3)])
+    monkeypatch.setattr(os, "getppid", lambda: 50)
+    assert jobserver.make_run(str(tmp_path)) == "20-4"
+    monkeypatch.setattr(os, "getppid", lambda: 10)
+    assert jobserver.make_run(str(tmp_path)) is None
+
+
+def test_only_the_first_loom_of_a_make_run_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    monkeypatch.setattr(jobserver, "make_run", lambda: "999999999-1")  # a run that has ended by now
+    assert jobserver.first_of_make_run(env) is True
+    assert jobserver.first_of_make_run(env) is False
+    assert connect({**env, "MAKEFLAGS": "-j2 --jobserver-auth=998,999"})[1] is None
+    stat = Path("/proc/self/stat").read_text()
+    live = f"{os.getpid()}-{stat[stat.rfind(')') + 2:].split()[19]}"
+    monkeypatch.setattr(jobserver, "make_run", lambda: live)  # another run, still going
+    assert jobserver.first_of_make_run(env) is True
+    # An ended run's marker goes when the next run claims its own.
+    assert sorted(p.name for p in (tmp_path / "loom" / "make-runs").iterdir()) == [live]

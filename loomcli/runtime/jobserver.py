@@ -34,7 +34,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # Reading MAKEFLAGS lives with the light start-up code that needs it first; it is the jobserver's business too.
@@ -66,7 +66,7 @@ def _check_pipe(fd: int, shown: str, mode: str) -> os.stat_result:
         st = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
     except (OSError, OverflowError):
-        raise JobserverError(f"jobserver descriptor {shown} is not open; mark the recipe with '+'") from None
+        raise JobserverError(f"jobserver descriptor {shown} is not open") from None
     if not stat.S_ISFIFO(st.st_mode):
         raise JobserverError(f"{shown} is not a pipe or FIFO")
     if flags not in ((os.O_RDONLY, os.O_RDWR) if mode == "r" else (os.O_WRONLY, os.O_RDWR)):
@@ -123,7 +123,7 @@ class Jobserver:
         except ValueError:
             raise JobserverError(f"cannot read --jobserver-auth={auth}") from None
         if r < 0 or w < 0:
-            raise JobserverError(f"make passed no jobserver descriptors ({auth}); mark the recipe with '+'")
+            raise JobserverError(f"make passed no jobserver descriptors ({auth})")
         if r <= 2 or w <= 2:
             raise JobserverError(f"--jobserver-auth={auth} names standard input, output or error")
         read_st = _check_pipe(r, f"jobserver descriptor {r}", "r")
@@ -177,17 +177,108 @@ class Jobserver:
         self.write_fd = -1
 
 
-def connect(environ: dict[str, str] | None = None) -> tuple[Jobserver | None, str | None, bool]:
-    """(jobserver or None, a warning to print once or None, dry run) from `MAKEFLAGS`."""
+def connect(environ: Mapping[str, str] | None = None) -> tuple[Jobserver | None, str | None, bool]:
+    """(jobserver or None, a warning to print or None, dry run) from `MAKEFLAGS`.
+    An unusable jobserver means serial work and a warning that says what to
+    do with the build tool, said by the first loom command of a make run
+    only (`first_of_make_run`): make runs many, and each would say it."""
     from loomcli import settings
 
+    env = os.environ if environ is None else environ
     flags = parse_makeflags(settings.makeflags(environ))
     if flags.auth is None:
         return None, None, flags.dry_run
     try:
         return Jobserver(flags.auth), None, flags.dry_run
     except JobserverError as e:
-        return None, f"jobserver unusable, building serially: {e}", flags.dry_run
+        if not first_of_make_run(env):
+            return None, None, flags.dry_run
+        return None, unusable_warning(str(e), env.get("LOOM_BUILD_TOOL", "")), flags.dry_run
+
+
+def unusable_warning(why: str, build_tool: str) -> str:
+    """What to tell the user about make's jobserver they cannot use here.
+    `LOOM_BUILD_TOOL` is set by loom's CMake package where CMake cannot mark
+    its custom commands for the jobserver (before 3.28, Unix Makefiles): the
+    user can do nothing there, and loses nothing but loom's own parallelism
+    within one command."""
+    if build_tool:
+        return (f"make's jobserver does not reach loom's commands under {build_tool} ({why}); harmless, "
+                "nothing to do: each command runs serially while make runs several at once "
+                "(CMake 3.28 or newer shares the jobserver). Said once per build.")
+    return (f"jobserver unusable, building serially: {why}. Mark the make recipe that runs loom with '+' "
+            "(or run it through $(MAKE)) to share make's job slots. Said once per make run.")
+
+
+def make_run(proc: str = "/proc") -> str | None:
+    """`<pid>-<start time>` of the outermost `make` this process runs under
+    (a CMake build is a make running sub-makes), None where there is none or
+    no /proc to see it. A pid with its start time names one process for
+    the life of the machine."""
+    found, pid = None, os.getppid()
+    for _ in range(64):  # a deeper tree is not a build
+        if pid <= 1:
+            break
+        try:
+            with open(f"{proc}/{pid}/stat", "rb") as f:
+                line = f.read().decode("utf-8", "replace")
+        except OSError:
+            break
+        comm, rest = line[line.find("(") + 1:line.rfind(")")], line[line.rfind(")") + 2:].split()
+        if len(rest) < 20:
+            break
+        if comm in ("make", "gmake"):
+            found = f"{pid}-{rest[19]}"
+        pid = int(rest[1])
+    return found
+
+
+def first_of_make_run(environ: Mapping[str, str]) -> bool:
+    """Whether this is the first loom of its make run to ask (a marker file
+    made with O_EXCL in this user's private runtime folder). True when the
+    run or the folder cannot be known: a warning twice beats none."""
+    run = make_run()
+    if run is None:
+        return True
+    from loomcli.runtime import served
+
+    parent = served.folder(environ)
+    place = os.path.join(parent, "make-runs")
+    try:
+        for folder in (parent, place):
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:
+                pass
+        if not (served.private(parent) and served.private(place)):
+            return True
+        fd = os.open(os.path.join(place, run), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    os.close(fd)
+    _forget_ended_runs(place, run)
+    return True
+
+
+def _forget_ended_runs(place: str, current: str) -> None:
+    """Remove the markers of make runs that have ended (their pid is gone or is another process now)."""
+    for name in os.listdir(place):
+        if name == current:
+            continue
+        pid, _, start = name.partition("-")
+        try:
+            with open(f"/proc/{int(pid)}/stat", "rb") as f:
+                line = f.read().decode("utf-8", "replace")
+            alive = line[line.rfind(")") + 2:].split()[19] == start
+        except (OSError, ValueError, IndexError):
+            alive = False
+        if not alive:
+            try:
+                os.unlink(os.path.join(place, name))
+            except OSError:
+                pass
 
 
 JOBSERVER_STYLES = ("fifo", "pipe")
