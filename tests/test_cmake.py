@@ -38,7 +38,9 @@ SETS = {
 
 
 JOBS = 3
-COMPILE_COMMANDS = 6  # one per kernel set and target: saxpy, scale and offset, two targets each
+# One per kernel set and target (saxpy, scale and offset, two targets each), and the check of each
+# one-source set (saxpy, offset), which runs its front end once for all its targets.
+COMPILE_COMMANDS = 8
 # Whether the build tool hands loom a jobserver: make -jN serves one to `+` recipes (JOB_SERVER_AWARE);
 # ninja 1.13 is a jobserver client only, so under Ninja loom sees none.
 SERVES_A_JOBSERVER = {"Ninja": False, "Unix Makefiles": True}
@@ -155,7 +157,8 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
     run(build_cmd, tmp_path, env)
     after = stamps(build)
     assert rerun_sets(first, after) == {"common", "scale", "offset"}
-    assert served() - before == 6  # the library's link, scale's merge, and two compiles of scale and of offset
+    # the library's link, scale's merge, offset's check, and two compiles of scale and of offset
+    assert served() - before == 7
 
     # Touching one set's own source reruns that set only (offset.loom is in `scale` and `offset`).
     saxpy = source / "kernels" / "saxpy.loom"
@@ -174,3 +177,42 @@ def test_loom_use_server_says_how_commands_run(use_server: str, tmp_path: Path) 
     commands = [line for line in (build / "build.ninja").read_text().splitlines() if " compile " in line]
     assert len(commands) == COMPILE_COMMANDS
     assert all(("LOOM_SERVER=auto" in line) == (use_server == "ON") for line in commands)
+
+
+def test_cmake_reports_a_source_error_once_and_the_jobserver_once_and_runs_ctest(tmp_path: Path) -> None:
+    """What CMake before 3.28 does with Unix Makefiles (LOOM_JOB_SERVER_AWARE=OFF gives it here):
+    loom's recipes are not marked for make's jobserver, so every loom command sees one it cannot
+    use; the build says so once, and that nothing needs doing. A source error under two targets is
+    one report (the set's check runs its front end once). loom_add_test's check cases run under
+    ctest, and a failing one fails the test with loom's report."""
+    source = tmp_path / "src"
+    shutil.copytree(ROOT / "cmake" / "examples", source)
+    saxpy = source / "kernels" / "saxpy.loom"
+    saxpy.write_text(saxpy.read_text().replace("index.constant 1 ", "index.constnt 1 ", 1))
+    build = tmp_path / "build"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LOOM_CACHE_DIR=str(tmp_path / "cache"))
+    run(["cmake", "-S", str(source), "-B", str(build), "-G", "Unix Makefiles", f"-DLoom_DIR={loom_dir()}",
+         "-DLOOM_JOB_SERVER_AWARE=OFF", "-DLOOM_USE_SERVER=OFF"], tmp_path, env)
+    r = subprocess.run(["cmake", "--build", str(build), "--", f"-j{JOBS}", "-k"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert out.count("error [PARSE/006]: unknown operation `index.constnt`; did you mean `index.constant`?") == 1, out
+    warnings = [line for line in out.splitlines() if "jobserver" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("loom: warning: ") and "harmless, nothing to do" in out, out
+    assert not list((build / "kernels").glob("saxpy.*"))
+    assert (build / "kernels" / "offset.spirv-vulkan1.3.spv").exists()  # -k: the other sets were built
+
+    ctest = subprocess.run(["ctest", "--output-on-failure"], cwd=build, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert ctest.returncode == 0, ctest.stdout + ctest.stderr
+    assert "100% tests passed out of 1" in ctest.stdout
+    cases = source / "tests" / "offset_test.loom"
+    cases.write_text(cases.read_text().replace("offset(0.5) step(1.0)", "offset(0.5) step(2.0)"))
+    ctest = subprocess.run(["ctest", "--output-on-failure"], cwd=build, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert ctest.returncode != 0
+    # Run in the source folder: the report names the user's file as they would.
+    assert ("tests/offset_test.loom:11:3: error [CHECK/001]: at [1]: actual 1.5, expected 2.5 "
+            "(sample @offset_case [n=100])" in ctest.stdout), ctest.stdout

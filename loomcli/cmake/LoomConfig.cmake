@@ -4,6 +4,8 @@
 #   loom_add_kernels(<name> SOURCES <file>... TARGETS <family:selector>...
 #                    [LIBRARIES <lib>...] [CONFIG <key=value>...] [ROOTS <@sym>...]
 #                    [PIPELINE <text>] [OUTPUT_DIR <dir>])
+#   loom_add_test(<name> SOURCES <file>... [LIBRARIES <lib>...] [CONFIG <key=value>...]
+#                 [DEVICE auto|vulkan|interpreter])
 #
 # This folder ships inside loom's Python package; `loom --cmake-dir` prints it, so
 # `cmake -DLoom_DIR="$(loom --cmake-dir)"` finds it. See docs/cmake.md.
@@ -53,9 +55,26 @@ if(LOOM_USE_SERVER AND UNIX)
 endif()
 
 # CMake 3.28 marks such recipes for make's jobserver (`+`); older versions simply run them serially.
-set(_LOOM_JOB_SERVER)
+# There, loom is told which CMake runs it (LOOM_BUILD_TOOL), so that the one warning it gives per
+# build about make's unusable jobserver says that nothing needs doing. LOOM_JOB_SERVER_AWARE=OFF
+# gives the older behaviour on a newer CMake (the tests use it).
+set(_loom_aware OFF)
 if(NOT CMAKE_VERSION VERSION_LESS 3.28)
+  set(_loom_aware ON)
+endif()
+option(LOOM_JOB_SERVER_AWARE "Mark loom's commands for make's jobserver (CMake 3.28 or newer)" ${_loom_aware})
+mark_as_advanced(LOOM_JOB_SERVER_AWARE)
+set(_LOOM_JOB_SERVER)
+if(LOOM_JOB_SERVER_AWARE AND _loom_aware)
   set(_LOOM_JOB_SERVER JOB_SERVER_AWARE TRUE)
+elseif(CMAKE_GENERATOR MATCHES "Makefiles")
+  set(_loom_tool "LOOM_BUILD_TOOL=CMake ${CMAKE_VERSION} with ${CMAKE_GENERATOR}")
+  if(_LOOM_COMMAND STREQUAL "Loom::loom")
+    set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env "${_loom_tool}" "$<TARGET_FILE:Loom::loom>")
+  else()  # beside LOOM_SERVER=auto, in the env or cmake -E env command line made above
+    list(FIND _LOOM_COMMAND "LOOM_SERVER=auto" _loom_at)
+    list(INSERT _LOOM_COMMAND ${_loom_at} "${_loom_tool}")
+  endif()
 endif()
 
 # Absolute paths (relative ones are taken from the current source or binary folder).
@@ -93,6 +112,18 @@ function(_loom_libraries files depends)
   set(${depends} "${lib_depends}" PARENT_SCOPE)
 endfunction()
 
+# CONFIG items (key=value) as --config options; `caller` names the call in errors.
+function(_loom_config out caller)
+  set(options)
+  foreach(binding IN LISTS ARGN)
+    if(NOT binding MATCHES "^[^=]+=")
+      message(FATAL_ERROR "${caller}: CONFIG ${binding}: write key=value")
+    endif()
+    list(APPEND options "--config=${binding}")
+  endforeach()
+  set(${out} "${options}" PARENT_SCOPE)
+endfunction()
+
 function(_loom_output_dir out dir)
   if(NOT dir)
     set(dir "${CMAKE_CURRENT_BINARY_DIR}")
@@ -125,7 +156,9 @@ function(loom_add_library name)
     ${_LOOM_JOB_SERVER}
     VERBATIM)
   add_custom_target(${name} ALL DEPENDS "${output}")
-  set_target_properties(${name} PROPERTIES LOOM_LIBRARY_FILE "${output}")
+  _loom_test_sources(test_sources ${ARG_LIBRARIES})
+  set_target_properties(${name} PROPERTIES LOOM_LIBRARY_FILE "${output}"
+                                           LOOM_SOURCES "${sources};${test_sources}")
 endfunction()
 
 # Writes, per target, <output_dir>/<name>.<family>-<selector>.<ext> (.hsaco, .spv, .ptx) with
@@ -143,13 +176,8 @@ function(loom_add_kernels name)
   _loom_libraries(lib_files lib_depends ${ARG_LIBRARIES})
   _loom_output_dir(dir "${ARG_OUTPUT_DIR}")
 
-  set(options)
-  foreach(binding IN LISTS ARG_CONFIG)
-    if(NOT binding MATCHES "^[^=]+=")
-      message(FATAL_ERROR "loom_add_kernels(${name}): CONFIG ${binding}: write key=value")
-    endif()
-    list(APPEND options "--config=${binding}")
-  endforeach()
+  _loom_config(config "loom_add_kernels(${name})" ${ARG_CONFIG})
+  set(options ${config})
   foreach(root IN LISTS ARG_ROOTS)
     list(APPEND options "--root=${root}")
   endforeach()
@@ -160,15 +188,31 @@ function(loom_add_kernels name)
 
   list(LENGTH sources count)
   if(count EQUAL 1)
+    # The front end (read, verify, link, bind) runs once here, for every target: an error of
+    # the source is reported once, not once per target, and no per-target command runs.
+    # The per-target commands then compile the source itself, so that their diagnostics
+    # (TARGET/*) point into it; this step's output only stands for "checked".
     set(module "${sources}")
-    set(module_depends "${sources}" ${lib_depends})
+    set(checked "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}/${name}.checked.loombc")
+    file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}")
+    add_custom_command(
+      OUTPUT "${checked}"
+      COMMAND ${_LOOM_COMMAND} compile "${module}" -o "${checked}" ${lib_files} ${options}
+              --pipeline none --require-resolved-config -MD -MF "${checked}.d"
+      DEPENDS "${sources}" ${lib_depends}
+      DEPFILE "${checked}.d"
+      COMMENT "Checking Loom kernels ${name}"
+      ${_LOOM_JOB_SERVER}
+      VERBATIM)
+    set(module_depends "${checked}")
   else()
-    # Merging resolves against the libraries, so the compile steps need no --library.
+    # Merging resolves against the libraries, so the compile steps need no --library; it binds
+    # CONFIG too, so that a bad value is reported once, here, not once per target.
     set(module "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}/${name}.loombc")
     file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/loom/${name}")
     add_custom_command(
       OUTPUT "${module}"
-      COMMAND ${_LOOM_COMMAND} link ${sources} ${lib_files} --mode merge -o "${module}"
+      COMMAND ${_LOOM_COMMAND} link ${sources} ${lib_files} ${config} --mode merge -o "${module}"
       DEPENDS ${sources} ${lib_depends}
       COMMENT "Linking Loom sources of ${name}"
       ${_LOOM_JOB_SERVER}
@@ -203,5 +247,55 @@ function(loom_add_kernels name)
     list(APPEND outputs "${stem}.${ext}" "${stem}.launch.loombc" "${stem}.manifest.json")
   endforeach()
   add_custom_target(${name} ALL DEPENDS ${outputs})
-  set_target_properties(${name} PROPERTIES LOOM_OUTPUTS "${outputs}")
+  _loom_test_sources(test_sources ${ARG_LIBRARIES})
+  set_target_properties(${name} PROPERTIES LOOM_OUTPUTS "${outputs}" LOOM_SOURCES "${sources};${test_sources}")
+endfunction()
+
+# The sources behind LIBRARIES items, for `loom test --library`: a loom_add_library or
+# loom_add_kernels target's sources and those of the libraries it uses, or the file itself.
+function(_loom_test_sources out)
+  set(result)
+  foreach(lib IN LISTS ARGN)
+    if(TARGET "${lib}")
+      get_target_property(files "${lib}" LOOM_SOURCES)
+      if(NOT files)
+        message(FATAL_ERROR "LIBRARIES ${lib}: a target, but not one made by loom_add_library or loom_add_kernels")
+      endif()
+      list(APPEND result ${files})
+    elseif(lib MATCHES "\\.loom(bc)?$")
+      _loom_absolute(file "${CMAKE_CURRENT_SOURCE_DIR}" "${lib}")
+      list(APPEND result "${file}")
+    else()
+      message(FATAL_ERROR "LIBRARIES ${lib}: neither a loom target nor a .loom/.loombc file")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES result)
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# A CTest test <name>: `loom test` runs the check cases of SOURCES, linked with the sources of
+# LIBRARIES (loom_add_library or loom_add_kernels targets, or .loom/.loombc files) and bound
+# with CONFIG, on DEVICE (default auto: Vulkan if usable, else the interpreter). Nothing needs
+# building first: the test reads the sources, so its diagnostics point into them.
+function(loom_add_test name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "DEVICE" "SOURCES;LIBRARIES;CONFIG")
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "loom_add_test(${name}): unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "loom_add_test(${name}): SOURCES is required")
+  endif()
+  if(NOT ARG_DEVICE)
+    set(ARG_DEVICE auto)
+  elseif(NOT ARG_DEVICE MATCHES "^(auto|vulkan|interpreter)$")
+    message(FATAL_ERROR "loom_add_test(${name}): DEVICE ${ARG_DEVICE}: write auto, vulkan or interpreter")
+  endif()
+  _loom_absolute(sources "${CMAKE_CURRENT_SOURCE_DIR}" ${ARG_SOURCES})
+  _loom_test_sources(libraries ${ARG_LIBRARIES})
+  list(REMOVE_ITEM libraries ${sources})  # a file is tested, not also linked in as a library
+  list(TRANSFORM libraries PREPEND "--library=")
+  _loom_config(options "loom_add_test(${name})" ${ARG_CONFIG})
+  add_test(NAME ${name}
+           COMMAND ${_LOOM_COMMAND} test ${sources} ${libraries} ${options} "--device=${ARG_DEVICE}"
+           WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}")
 endfunction()
