@@ -168,10 +168,8 @@ def _config_lines(at: _Locator, config: dict[str, Any], table: str, index: int |
     """The line of each [config] key (dotted, as bound) in loom.toml, so that a
     CONFIG diagnostic about its value points there: `"a.b" = v` in the table,
     `b = v` under `[table.a]`, or the `a = {...}` that holds it; else the table's header."""
-    from loomcli.link.config import flatten_keys
-
     lines = {}
-    for key in flatten_keys(config):
+    for key in _dotted_keys(config):
         parts = key.split(".")
         found = at.find(table, index, key)
         for cut in range(1, len(parts)):  # [table.a] b = v, [table.a.b] c = v ...
@@ -186,10 +184,22 @@ def _config_lines(at: _Locator, config: dict[str, Any], table: str, index: int |
 
 def _test_config_lines(at: _Locator, config: dict[str, Any], index: int) -> dict[str, int]:
     """A [[test]] set's `config = {...}` is one line (TOML inline tables are): every key is there."""
-    from loomcli.link.config import flatten_keys
-
     line = at.line("test", index, "config")
-    return dict.fromkeys(flatten_keys(config), line)
+    return dict.fromkeys(_dotted_keys(config), line)
+
+
+def _dotted_keys(config: dict[str, Any]) -> list[str]:
+    """The keys a config table binds (`a.b` for `a = {b = 1}`), as the linker
+    flattens them; here, without importing it, as a no-op build must stay light."""
+    keys, stack = [], [("", config)]
+    while stack:
+        prefix, table = stack.pop()
+        for k, v in reversed(list(table.items())):
+            if isinstance(v, dict):
+                stack.append((f"{prefix}{k}.", v))
+            else:
+                keys.append(f"{prefix}{k}")
+    return keys
 
 
 class _Reader:

@@ -161,11 +161,6 @@ def _too_deep(shown: str) -> CompileError:
     return CompileError([Diagnostic("CONFIG/001", f"cannot read {shown}: nested too deeply", shown, 0, 0)])
 
 
-def flatten_keys(obj: dict[str, Any]) -> list[str]:
-    """The dotted keys a config table binds, in document order."""
-    return [key for key, _ in _flatten(obj)]
-
-
 def _flatten(obj: dict[str, Any]) -> Iterable[tuple[str, Any]]:
     """(dotted key, value) of every leaf, in document order (no recursion:
     the nesting is the input's)."""
