@@ -148,7 +148,8 @@ def test_a_device_run_reports_what_the_interpreter_reports(name: str, runner: Vu
     _, interpreted = run(path, None)
     session, device = run(path, runner)
     assert session.failed == 1 and interpreted.lines == device.lines == ["FAIL @c"]
-    assert [d.message for d in interpreted.diags] == [message]
+    assert [d.message.removesuffix(" (sample @c)").split(" in `@")[0] for d in interpreted.diags] == [message]
+    assert interpreted.diags[0].message.endswith(" (sample @c)")
     assert shown(device.diags) == shown(interpreted.diags)
 
 
