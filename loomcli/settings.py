@@ -38,6 +38,7 @@ VARIABLES = {
     "HOME": "the cache's grandparent folder (~/.cache/loom) when neither is set",
     "TMPDIR": "where a worker's stderr file and the resident server's folder live (an absolute folder, else /tmp)",
     "XDG_RUNTIME_DIR": "the resident server's folder's parent (absolute only; else TMPDIR)",
+    "LOOM_BUILD_TOOL": "set by the CMake package where CMake cannot mark commands for make's jobserver",
     "LOOM_SERVER": "auto/off: whether loom starts or uses a resident server (unset: use a running one)",
     "LOOM_SERVER_IDLE": "seconds a resident server waits without a command before it exits (1 to 604800)",
     "PTXAS": "the ptxas that builds cubins",

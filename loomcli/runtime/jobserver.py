@@ -66,7 +66,7 @@ def _check_pipe(fd: int, shown: str, mode: str) -> os.stat_result:
         st = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
     except (OSError, OverflowError):
-        raise JobserverError(f"jobserver descriptor {shown} is not open") from None
+        raise JobserverError(f"{shown} is not open") from None
     if not stat.S_ISFIFO(st.st_mode):
         raise JobserverError(f"{shown} is not a pipe or FIFO")
     if flags not in ((os.O_RDONLY, os.O_RDWR) if mode == "r" else (os.O_WRONLY, os.O_RDWR)):
