@@ -42,8 +42,9 @@ def llvm_release() -> str | None:
     digest = llvm_version()
     if digest in ("none", "unknown"):
         return None
-    path = os.path.join(default_root(), RECORD)
-    if enabled():
+    root = default_root()
+    path = os.path.join(root, RECORD) if root is not None else None
+    if path is not None and enabled():
         try:
             with open(path, "rb") as f:
                 record = json.loads(f.read(4096))
@@ -58,7 +59,7 @@ def llvm_release() -> str | None:
     release = r.stdout.strip()
     if r.returncode != 0 or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", release):
         return None
-    if enabled():
+    if path is not None and enabled():
         from loomcli.errors import atomic_write
 
         try:
