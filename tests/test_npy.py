@@ -156,7 +156,8 @@ def test_the_case_fails_with_check_002_at_the_path(name: str, tmp_path: Path) ->
     out = run_case(tmp_path / "c.loom")
     assert out.lines == ["FAIL @c [n=4]"]
     [d] = out.diags
-    assert (d.code, d.line, d.column, d.message) == ("CHECK/002", 3, 33, f"data file `data/x.npy`: {why} (sample @c [n=4])")
+    message = f"data file `data/x.npy`: {why} (sample @c [n=4])"
+    assert (d.code, d.line, d.column, d.message) == ("CHECK/002", 3, 33, message)
 
 
 def test_paths_are_relative_to_the_file_that_holds_the_case(tmp_path: Path) -> None:
