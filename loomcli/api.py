@@ -135,7 +135,10 @@ class Result:
 
 def _suffix(output: str) -> str:
     from loomcli.emit import FORMATS
+    from loomcli.service.compile import STAGE
 
+    if output.startswith(STAGE):  # one back-end stage's bytes: `saxpy.obj` (as `loom compile --dump-stages`)
+        return "." + output[len(STAGE):]
     return FORMATS.get(output) or _SUFFIX[output]
 
 
@@ -269,11 +272,11 @@ class Compiler:
         if libraries is not None and not isinstance(libraries, LinkIndex):
             raise UsageError("libraries takes a LinkIndex")
         names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
-        from loomcli.service.compile import OUTPUT_NAMES
+        from loomcli.service.compile import OUTPUT_NAMES, STAGE
 
         for name in names:
-            if name not in OUTPUT_NAMES:
-                raise UsageError(f"unknown output {name!r}; the outputs: {', '.join(OUTPUT_NAMES)}")
+            if name not in OUTPUT_NAMES and not (isinstance(name, str) and name.startswith(STAGE)):
+                raise UsageError(f"unknown output {name!r}; the outputs: {', '.join(OUTPUT_NAMES)}, stage:NAME")
         if not names:
             raise UsageError("outputs is empty")
         text = _target_text(target)

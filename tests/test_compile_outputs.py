@@ -91,3 +91,51 @@ def test_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: p
     monkeypatch.chdir(tmp_path)
     assert run("compile", MATMUL, *argv) == 2
     assert message in capsys.readouterr().err
+
+
+# `loom compile`'s outputs against the API's (docs/api.md "How the command line maps onto it"): one entry
+# point, so the same bytes. (-o and option arguments, outputs=..., the files written, by output name.)
+SAXPY = str(ROOT / "samples" / "saxpy.loom")
+COMBINATIONS = [
+    ("spirv:vulkan1.3", ["-o", "k.spv", "-o", "k.launch.loombc", "--manifest"],
+     ("spirv-binary", "launch-config", "manifest"),
+     {"spirv-binary": "k.spv", "launch-config": "k.launch.loombc", "manifest": "k.manifest.json"}),
+    ("spirv:vulkan1.3", ["-o", "k.spv", "--emit-launch-config", "--manifest", "m.json"],
+     ("spirv-binary", "launch-config", "manifest"),
+     {"spirv-binary": "k.spv", "launch-config": "k.launch.loombc", "manifest": "m.json"}),
+    ("spirv:vulkan1.3", ["-o", "k.s", "-o", "k.spv"], ("asm", "spirv-binary"), {"asm": "k.s", "spirv-binary": "k.spv"}),
+    ("amdgpu:gfx1100", ["-o", "k.hsaco", "-o", "k.ll", "-o", "k.s", "-o", "k.manifest.json"],
+     ("amdgpu-hsaco", "llvmir-text", "asm", "manifest"),
+     {"amdgpu-hsaco": "k.hsaco", "llvmir-text": "k.ll", "asm": "k.s", "manifest": "k.manifest.json"}),
+    ("amdgpu:gfx1100", ["-o", "k.loombc", "-o", "k.hsaco"], ("loom-bytecode", "amdgpu-hsaco"),
+     {"loom-bytecode": "k.loombc", "amdgpu-hsaco": "k.hsaco"}),
+    ("amdgpu:gfx1100", ["-o", "k.o", "--stop-at", "obj"], ("stage:obj",), {"stage:obj": "k.o"}),
+    ("amdgpu:gfx1100", ["-o", "k.hsaco", "--dump-stages", "d"], ("amdgpu-hsaco", "stage:llir", "stage:obj",
+                                                                   "stage:hsaco"),
+     {"amdgpu-hsaco": "k.hsaco", "stage:llir": "d/k.llir", "stage:obj": "d/k.obj", "stage:hsaco": "d/k.hsaco"}),
+    ("nvptx:sm_90", ["-o", "k.ptx", "-o", "k.ll", "--manifest"], ("nvptx-ptx", "llvmir-text", "manifest"),
+     {"nvptx-ptx": "k.ptx", "llvmir-text": "k.ll", "manifest": "k.manifest.json"}),
+    ("nvptx:sm_90", ["-o", "k.txt", "--stop-at", "llir"], ("stage:llir",), {"stage:llir": "k.txt"}),
+    ("nvptx:sm_90", ["-o", "k.ptx", "--dump-stages", "d"], ("nvptx-ptx", "stage:llir", "stage:ptx"),
+     {"nvptx-ptx": "k.ptx", "stage:llir": "d/k.llir", "stage:ptx": "d/k.ptx"}),
+    ("spirv:vulkan1.3", ["-o", "k.txt", "--stop-at", "disasm"], ("stage:disasm",), {"stage:disasm": "k.txt"}),
+    ("spirv:vulkan1.3", ["-o", "k.spv", "--dump-stages", "d"], ("spirv-binary", "stage:spirv"),
+     {"spirv-binary": "k.spv", "stage:spirv": "d/k.spirv"}),
+]
+
+
+@pytest.mark.parametrize("target, argv, outputs, files", COMBINATIONS)
+def test_compile_outputs_are_the_apis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str,
+                                      argv: list[str], outputs: tuple[str, ...], files: dict[str, str]) -> None:
+    import loomcli as loom
+
+    (tmp_path / "k.loom").write_bytes(Path(SAXPY).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert run("compile", "k.loom", "--target", target, *argv) == 0
+    want = loom.Compiler().compile(loom.Source.from_path("k.loom"), target=target, outputs=outputs)
+    assert want.ok and set(want.artifacts) == set(files)
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(["k.loom", *files.values()])
+    for name, path in files.items():
+        got = (tmp_path / path).read_bytes()  # a manifest too: the files it names are the API's (k.spv ...)
+        assert got == want.artifacts[name].data, name

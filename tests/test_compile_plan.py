@@ -20,25 +20,36 @@ def plan(**fields: Any) -> list[tuple[str, str, str, str | None, str | None]]:
 
 @pytest.mark.parametrize("fields,expected", [
     # -o: the format from the suffix, or --format.
-    ({"output": "k.loombc"}, [("", "loom-bytecode", "k.loombc", None, None)]),
-    ({"output": "k.loom"}, [("", "loom-text", "k.loom", None, None)]),
-    ({"output": "out/k.spv", "targets": ["spirv:vulkan1.3"]},
+    ({"outputs": ["k.loombc"]}, [("", "loom-bytecode", "k.loombc", None, None)]),
+    ({"outputs": ["k.loom"]}, [("", "loom-text", "k.loom", None, None)]),
+    ({"outputs": ["out/k.spv"], "targets": ["spirv:vulkan1.3"]},
      [("spirv:vulkan1.3", "spirv-binary", "out/k.spv", None, None)]),
-    ({"output": "k.bin", "format": "amdgpu-hsaco", "targets": ["gfx1100"]},
+    ({"outputs": ["k.bin"], "format": "amdgpu-hsaco", "targets": ["gfx1100"]},
      [("amdgpu:gfx1100", "amdgpu-hsaco", "k.bin", None, None)]),
-    ({"output": "k.ll", "targets": ["amdgpu:gfx942"]}, [("amdgpu:gfx942", "llvmir-text", "k.ll", None, None)]),
-    ({"output": "k.loombc", "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "loom-bytecode", "k.loombc", None, None)]),
+    ({"outputs": ["k.ll"], "targets": ["amdgpu:gfx942"]}, [("amdgpu:gfx942", "llvmir-text", "k.ll", None, None)]),
+    ({"outputs": ["k.loombc"], "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "loom-bytecode", "k.loombc", None, None)]),
     # -o -: standard output, binary refused only on a terminal.
-    ({"output": "-", "format": "spirv-binary", "targets": ["spirv:vulkan1.3"]},
+    ({"outputs": ["-"], "format": "spirv-binary", "targets": ["spirv:vulkan1.3"]},
      [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
-    ({"output": "-", "format": "loom-text", "stdout_is_terminal": True}, [("", "loom-text", "-", None, None)]),
+    ({"outputs": ["-"], "format": "loom-text", "stdout_is_terminal": True}, [("", "loom-text", "-", None, None)]),
     # -o - with a target and no --format: the target's native format (TOOLCHAIN.md section 14).
-    ({"output": "-", "targets": ["spirv:vulkan1.3"]}, [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
-    ({"output": "-", "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "amdgpu-hsaco", "-", None, None)]),
-    ({"output": "-", "targets": ["nvptx:sm_90"]}, [("nvptx:sm_90", "nvptx-ptx", "-", None, None)]),
+    ({"outputs": ["-"], "targets": ["spirv:vulkan1.3"]}, [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
+    ({"outputs": ["-"], "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "amdgpu-hsaco", "-", None, None)]),
+    ({"outputs": ["-"], "targets": ["nvptx:sm_90"]}, [("nvptx:sm_90", "nvptx-ptx", "-", None, None)]),
     # Side files beside -o are the paths given.
-    ({"output": "k.hsaco", "targets": ["gfx1100"], "launch_config": "k.launch.loombc", "manifest": "m.json"},
+    ({"outputs": ["k.hsaco"], "targets": ["gfx1100"], "launch_config": "k.launch.loombc", "manifest": "m.json"},
      [("amdgpu:gfx1100", "amdgpu-hsaco", "k.hsaco", "k.launch.loombc", "m.json")]),
+    # Several -o for one target: formats from their suffixes, side files by theirs; a bare
+    # --manifest / --emit-launch-config goes beside the artifact.
+    ({"outputs": ["o/k.spv", "k.launch.loombc"], "manifest": "", "targets": ["spirv:vulkan1.3"]},
+     [("spirv:vulkan1.3", "spirv-binary", "o/k.spv", "k.launch.loombc", "o/k.manifest.json")]),
+    ({"outputs": ["k.hsaco", "k.ll", "m.manifest.json"], "launch_config": "", "targets": ["gfx1100"]},
+     [("amdgpu:gfx1100", "amdgpu-hsaco", "k.hsaco", "k.launch.loombc", "m.manifest.json")]),
+    ({"out_dir": "d", "targets": ["gfx1100"], "manifest": ""},
+     [("amdgpu:gfx1100", "amdgpu-hsaco", "d/k.amdgpu-gfx1100.hsaco", None, "d/k.amdgpu-gfx1100.manifest.json")]),
+    # --stop-at: the one -o is that stage's bytes, whatever its suffix.
+    ({"outputs": ["k.o"], "stop_at": "obj", "targets": ["gfx1100"]},
+     [("amdgpu:gfx1100", "stage:obj", "k.o", None, None)]),
     # --out-dir: <stem>.<family>-<selector><ext>, each back end's native format unless --format.
     ({"out_dir": "d", "targets": ["gfx1100", "spirv:vulkan1.3", "nvptx:sm_90"]},
      [("amdgpu:gfx1100", "amdgpu-hsaco", "d/k.amdgpu-gfx1100.hsaco", None, None),
@@ -58,26 +69,59 @@ def test_outputs(fields: dict[str, Any], expected: list[tuple[str, str, str, str
     assert plan(**fields) == expected
 
 
+def test_more_outputs_and_dumped_stages() -> None:
+    (one,) = plan_outputs(OutputRequest("k.loom", outputs=["k.hsaco", "k.s"], targets=["gfx1100"],
+                                        dump_stages="d")).outputs
+    assert one.also == (("asm", "k.s"), ("stage:llir", "d/k.llir"), ("stage:asm", "d/k.asm"),
+                        ("stage:obj", "d/k.obj"), ("stage:hsaco", "d/k.hsaco"))
+    two = plan_outputs(OutputRequest("k.loom", out_dir="o", targets=["gfx1100", "spirv:vulkan1.3"], dump_stages="d"))
+    assert [o.also for o in two.outputs] == [
+        (("stage:llir", "d/k.amdgpu-gfx1100.llir"), ("stage:obj", "d/k.amdgpu-gfx1100.obj"),
+         ("stage:hsaco", "d/k.amdgpu-gfx1100.hsaco")),
+        (("stage:spirv", "d/k.spirv-vulkan1.3.spirv"),)]
+    assert two.folders == ("d", "o")
+    (request,) = plan_outputs(OutputRequest("k.loom", outputs=["k.ll", "k.hsaco"], manifest="",
+                                            targets=["gfx1100"])).requests(CompileRequest(module=b""))
+    assert (request.format, request.also, request.artifact_name) == ("llvmir-text", ("amdgpu-hsaco",), "k.ll")
+
+
 @pytest.mark.parametrize("fields,message", [
     ({}, "missing -o OUT or --out-dir DIR"),
-    ({"output": "k.spv", "out_dir": "d", "targets": ["gfx1100"]}, "-o and --out-dir exclude each other"),
-    ({"output": "k.hsaco", "targets": ["gfx1100", "gfx942"]}, "several --target values need --out-dir"),
+    ({"outputs": ["k.spv"], "out_dir": "d", "targets": ["gfx1100"]}, "-o and --out-dir exclude each other"),
+    ({"outputs": ["k.hsaco"], "targets": ["gfx1100", "gfx942"]}, "several --target values need --out-dir"),
     ({"out_dir": "d"}, "--out-dir needs at least one --target"),
     ({"out_dir": "d", "targets": ["gfx1100", "gfx942"], "depfile": "k.d"},
      "-MF names one depfile; with several targets use -MD"),
-    ({"output": "k.bin"}, "-o k.bin: cannot tell the format from the suffix; pass --format"),
-    ({"output": "-"}, "-o -: cannot tell the format from the suffix; pass --format"),
-    ({"output": "-", "targets": ["spirv:vulkan1.3"], "stdout_is_terminal": True},
+    ({"outputs": ["k.bin"]}, "-o k.bin: cannot tell the format from the suffix; pass --format"),
+    ({"outputs": ["k.spv"]}, "emitting spirv-binary needs --target"),
+    ({"outputs": ["-"], "format": "spirv-binary", "targets": ["spirv:vulkan1.3"], "stdout_is_terminal": True},
+    # -o - with a target and no --format: the target's native format (TOOLCHAIN.md section 14).
+    ({"outputs": ["-"], "targets": ["spirv:vulkan1.3"]}, [("spirv:vulkan1.3", "spirv-binary", "-", None, None)]),
+    ({"outputs": ["-"], "targets": ["gfx1100"]}, [("amdgpu:gfx1100", "amdgpu-hsaco", "-", None, None)]),
+    ({"outputs": ["-"], "targets": ["nvptx:sm_90"]}, [("nvptx:sm_90", "nvptx-ptx", "-", None, None)]),
      "refusing to write binary output to a terminal; use -o FILE"),
-    ({"output": "k.spv"}, "emitting spirv-binary needs --target"),
-    ({"output": "-", "format": "spirv-binary", "targets": ["spirv:vulkan1.3"], "stdout_is_terminal": True},
+    ({"outputs": ["-"], "format": "loom-bytecode", "stdout_is_terminal": True},
      "refusing to write binary output to a terminal; use -o FILE"),
-    ({"output": "-", "format": "loom-bytecode", "stdout_is_terminal": True},
-     "refusing to write binary output to a terminal; use -o FILE"),
-    ({"output": "k.loombc", "launch_config": "k.launch.loombc"}, "--emit-launch-config needs --target"),
-    ({"output": "k.loombc", "targets": ["gfx1100"], "manifest": "m.json"}, "--manifest describes a target artifact"),
+    ({"outputs": ["k.loombc"], "launch_config": "k.launch.loombc"}, "--emit-launch-config needs --target"),
+    ({"outputs": ["k.loombc"], "targets": ["gfx1100"], "manifest": "m.json"}, "--manifest describes a target artifact"),
     ({"out_dir": "d", "format": "loom-text", "targets": ["gfx1100"], "manifest": "m"},
      "--manifest describes a target artifact"),
+    ({"outputs": ["k.spv", "l.spv"], "targets": ["spirv:vulkan1.3"]}, "-o k.spv and -o l.spv both write spirv-binary"),
+    ({"outputs": ["k.spv", "k.spv.manifest.json", "m.manifest.json"], "targets": ["spirv:vulkan1.3"]},
+     "-o k.spv.manifest.json and -o m.manifest.json both name the manifest"),
+    ({"outputs": ["k.launch.loombc"], "targets": ["spirv:vulkan1.3"]}, "-o names only side files"),
+    ({"outputs": ["k.spv", "k.launch.loombc"], "launch_config": "l", "targets": ["spirv:vulkan1.3"]},
+     "-o k.launch.loombc and --emit-launch-config both name the launch-config"),
+    ({"outputs": ["k.spv", "k.s"], "format": "asm", "targets": ["spirv:vulkan1.3"]}, "--format names the format of one -o"),
+    ({"outputs": ["-"], "format": "spirv-binary", "manifest": "", "targets": ["spirv:vulkan1.3"]},
+     "--manifest beside -o - needs a PATH"),
+    ({"outputs": ["k.o"], "stop_at": "obj"}, "--stop-at needs --target"),
+    ({"outputs": ["k.o"], "stop_at": "obj", "targets": ["spirv:vulkan1.3"]},
+     "spirv has no stage obj; its stages: spirv -> disasm"),
+    ({"outputs": ["k.o", "k.s"], "stop_at": "obj", "targets": ["gfx1100"]}, "--stop-at writes one output"),
+    ({"outputs": ["k.o"], "stop_at": "obj", "manifest": "", "targets": ["gfx1100"]},
+     "--stop-at writes one stage's output"),
+    ({"outputs": ["k.loombc"], "dump_stages": "d"}, "--dump-stages needs --target"),
 ])
 def test_usage_errors(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match="^" + re.escape(message)) as e:
@@ -87,26 +131,26 @@ def test_usage_errors(fields: dict[str, Any], message: str) -> None:
 
 def test_a_target_that_does_not_parse_is_a_clear_error() -> None:
     with pytest.raises(LoomError) as e:
-        plan_outputs(OutputRequest("k.loom", output="k.spv", targets=["nosuchfamily:x"]))
+        plan_outputs(OutputRequest("k.loom", outputs=["k.spv"], targets=["nosuchfamily:x"]))
     assert "nosuchfamily" in str(e.value)
 
 
 @pytest.mark.parametrize("fields,expected", [
-    ({"output": "o/k.spv", "targets": ["spirv:vulkan1.3"], "depfile_beside": True}, [("o/k.d", "o/k.spv")]),
-    ({"output": "-", "format": "loom-text", "depfile_beside": True}, [("stdout.d", "-")]),
-    ({"output": "k.spv", "targets": ["spirv:vulkan1.3"], "depfile": "deps/x.d"}, [("deps/x.d", "k.spv")]),
-    ({"output": "k.spv", "targets": ["spirv:vulkan1.3"], "depfile": "x.d", "depfile_target": "all"},
+    ({"outputs": ["o/k.spv"], "targets": ["spirv:vulkan1.3"], "depfile_beside": True}, [("o/k.d", "o/k.spv")]),
+    ({"outputs": ["-"], "format": "loom-text", "depfile_beside": True}, [("stdout.d", "-")]),
+    ({"outputs": ["k.spv"], "targets": ["spirv:vulkan1.3"], "depfile": "deps/x.d"}, [("deps/x.d", "k.spv")]),
+    ({"outputs": ["k.spv"], "targets": ["spirv:vulkan1.3"], "depfile": "x.d", "depfile_target": "all"},
      [("x.d", "all")]),
     ({"out_dir": "d", "targets": ["gfx1100", "spirv:vulkan1.3"], "depfile_beside": True},
      [("d/k.amdgpu-gfx1100.d", "d/k.amdgpu-gfx1100.hsaco"), ("d/k.spirv-vulkan1.3.d", "d/k.spirv-vulkan1.3.spv")]),
-    ({"output": "k.spv", "targets": ["spirv:vulkan1.3"]}, []),
+    ({"outputs": ["k.spv"], "targets": ["spirv:vulkan1.3"]}, []),
 ])
 def test_depfiles(fields: dict[str, Any], expected: list[tuple[str, str]]) -> None:
     assert list(plan_outputs(OutputRequest("k.loom", **fields)).depfiles) == expected
 
 
 @pytest.mark.parametrize("fields,expected", [
-    ({"output": "o/k.spv", "targets": ["spirv:vulkan1.3"], "manifest": "m/x.json"}, ()),  # -o's folders must exist
+    ({"outputs": ["o/k.spv"], "targets": ["spirv:vulkan1.3"], "manifest": "m/x.json"}, ()),  # -o's folders must exist
     ({"out_dir": "d", "targets": ["gfx1100"]}, ("d",)),
     ({"out_dir": "d/e", "targets": ["gfx1100", "gfx942"], "launch_config": "l", "manifest": "d/e"}, ("d/e", "l")),
 ])
@@ -129,7 +173,7 @@ def test_requests_carry_each_output_and_the_shared_module() -> None:
 
 
 def test_requests_without_a_target() -> None:
-    (request,) = plan_outputs(OutputRequest("k.loom", output="k.loom")).requests(CompileRequest(module=b""))
+    (request,) = plan_outputs(OutputRequest("k.loom", outputs=["k.loom"])).requests(CompileRequest(module=b""))
     assert (request.target, request.format, request.artifact_name, request.launch_config_name) == (
         "", "loom-text", "k.loom", "")
 
@@ -148,5 +192,5 @@ def test_writes_pair_each_outcome_with_its_paths_then_the_depfiles() -> None:
 
 
 def test_planned_outputs_are_plain_data() -> None:
-    (planned,) = plan_outputs(OutputRequest("k.loom", output="k.loombc")).outputs
+    (planned,) = plan_outputs(OutputRequest("k.loom", outputs=["k.loombc"])).outputs
     assert planned == PlannedOutput(None, "loom-bytecode", "k.loombc")

@@ -110,3 +110,33 @@ def test_an_unknown_stage_is_a_usage_error() -> None:
 def test_a_malformed_stage_list_is_refused(stages: tuple[Stage, ...], stops: dict[str, str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         StageList(stages, stops, "m:manifest")
+
+
+def test_loom_targets_stages_lists_each_back_end_and_its_stops(capsys: pytest.CaptureFixture[str]) -> None:
+    from loomcli.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["targets", "--stages"])
+    assert e.value.code in (0, None)
+    assert capsys.readouterr().out.splitlines() == [
+        "amdgpu: llir -> asm | obj -> hsaco; amdgpu-hsaco=hsaco llvmir-text=llir asm=asm",
+        "spirv: spirv -> disasm; spirv-binary=spirv asm=disasm",
+        "nvptx: llir -> ptx -> cubin; nvptx-ptx=ptx nvptx-cubin=cubin llvmir-text=llir asm=ptx",
+    ]
+
+
+@pytest.mark.parametrize(("target", "stage", "starts"), [
+    ("amdgpu:gfx1100", "obj", b"\x7fELF"),
+    ("amdgpu:gfx1100", "asm", b"\t.amdgcn_target"),
+    ("nvptx:sm_90", "llir", b"target datalayout"),
+    ("spirv:vulkan1.3", "spirv", b"\x03\x02\x23\x07"),
+])
+def test_compile_stops_at_a_stage_of_each_back_end(tmp_path: Path, target: str, stage: str, starts: bytes) -> None:
+    from loomcli.cli import main
+
+    out = tmp_path / "k.out"
+    with pytest.raises(SystemExit) as e:
+        main(["compile", SAXPY, "--target", target, "--stop-at", stage, "-o", str(out)])
+    assert e.value.code in (0, None)
+    emission = Emission(compiled(target), parse_target(target))
+    assert out.read_bytes() == emission.stage_outputs(stage)[stage] and out.read_bytes().startswith(starts)

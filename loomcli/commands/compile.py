@@ -17,14 +17,16 @@ import click
 
 from loomcli.diagnostics import CompileError
 from loomcli.driver import DiagnosticPrinter, config_option, diagnostics_option, jobserver_style_option
-from loomcli.service.outputs import ALL_FORMATS, OutputRequest
+from loomcli.service.outputs import ALL_FORMATS, BESIDE, OutputRequest
 
 POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process, one after another
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("input_path", metavar="INPUT")
-@click.option("-o", "output", metavar="OUT", help="Output path (.loombc, .loom, .hsaco, .spv, .ll, .s; '-' = stdout).")
+@click.option("-o", "output", multiple=True, metavar="OUT",
+              help="Output path (.loombc, .loom, .hsaco, .spv, .ll, .s; '-' = stdout); repeat it for several "
+                   "outputs of one target (.launch.loombc and .manifest.json name the side files).")
 @click.option("--out-dir", metavar="DIR", help="Write DIR/<stem>.<family>-<selector>.<ext> for every --target.")
 @click.option("--format", "fmt", type=click.Choice(ALL_FORMATS), help="Output format (default: from the suffix).")
 @click.option("--target", "targets", multiple=True, metavar="T", help="Target profile, e.g. amdgpu:gfx1100.")
@@ -36,10 +38,15 @@ POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process
               help="Bindings from .json, .toml or a .loom config module (later files win).")
 @click.option("--pipeline", default="default", show_default=True, help="Pass pipeline text, `default` or `none`.")
 @click.option("--require-resolved-config", is_flag=True, help="Every reachable config.get must be bound.")
-@click.option("--emit-launch-config", "launch_path", metavar="PATH",
-              help="Write the launch-config artifact (a folder with several targets).")
-@click.option("--manifest", "manifest_path", metavar="PATH",
-              help="Write the artifact manifest (a folder with several targets).")
+@click.option("--emit-launch-config", "launch_path", metavar="PATH", is_flag=False, flag_value=BESIDE,
+              help="Write the launch-config artifact (a folder with several targets; no PATH: beside the artifact).")
+@click.option("--manifest", "manifest_path", metavar="PATH", is_flag=False, flag_value=BESIDE,
+              help="Write the artifact manifest (a folder with several targets; no PATH: beside the artifact).")
+@click.option("--stop-at", "stop_at", metavar="STAGE",
+              help="Write the output of this stage of the target's back end (llir, asm, obj, ptx, spirv, ...; "
+                   "`loom targets --stages` lists them).")
+@click.option("--dump-stages", "dump_stages", metavar="DIR",
+              help="Also write every stage's output on the way to DIR (<stem>.<stage>).")
 @click.option("--print-selections", is_flag=True, help="Print every template selection decision.")
 @click.option("-MD", "depfile_md", is_flag=True, help="Write a depfile beside each output (OUT with .d).")
 @click.option("-MF", "depfile_path", metavar="DEPFILE", help="Write the depfile here (one output only).")
@@ -50,11 +57,11 @@ POOL_MODULE_BYTES = 16384  # below this, several targets compile in this process
 @click.option("--trace", "trace_path", metavar="FILE", help="Write a Chrome trace (JSON) of the compile tasks.")
 @jobserver_style_option
 @diagnostics_option
-def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str | None, targets: tuple[str, ...],
+def compile(input_path: str, output: tuple[str, ...], out_dir: str | None, fmt: str | None, targets: tuple[str, ...],
             target_env: str | None, roots: tuple[str, ...], libraries: tuple[str, ...],
             config_pairs: tuple[str, ...], config_files: tuple[str, ...], pipeline: str,
             require_resolved_config: bool, launch_path: str | None, manifest_path: str | None,
-            print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
+            stop_at: str | None, dump_stages: str | None, print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
             jobs: int | None, no_cache: bool, trace_path: str | None, jobserver_style: str,
             diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
@@ -62,10 +69,11 @@ def compile(input_path: str, output: str | None, out_dir: str | None, fmt: str |
 
     # Every output and every usage error before any work (loomcli.service.outputs).
     plan = plan_outputs(OutputRequest(
-        input_path, output=output, out_dir=out_dir, format=fmt,
+        input_path, outputs=output, out_dir=out_dir, format=fmt,
         targets=(*targets, *([f"spirv:{target_env}"] if target_env else [])),
         launch_config=launch_path, manifest=manifest_path, depfile_beside=depfile_md, depfile=depfile_path,
-        depfile_target=depfile_target, stdout_is_terminal=click.get_text_stream("stdout").isatty()))
+        depfile_target=depfile_target, stdout_is_terminal=click.get_text_stream("stdout").isatty(),
+        stop_at=stop_at, dump_stages=dump_stages))
     from loomcli.bytecode import write_module
     from loomcli.cache import enabled
     from loomcli.emit import backend_for

@@ -38,10 +38,16 @@ def describe(profile: Profile) -> str:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of profiles.")
-def targets(as_json: bool) -> int:
+@click.option("--stages", is_flag=True, help="Print each back end's stages and where each format stops "
+              "(the names `loom compile --stop-at` takes).")
+def targets(as_json: bool, stages: bool) -> int:
     """List the target profiles `--target` accepts (TOOLCHAIN.md section 3)."""
     from loomcli.targets.profiles import all_profiles
 
+    if stages:
+        for line in stage_lines():
+            click.echo(line)
+        return 0
     profiles = all_profiles()
     if as_json:
         click.echo(json.dumps([p.to_json() for p in profiles], indent=2))
@@ -49,3 +55,11 @@ def targets(as_json: bool) -> int:
         for p in profiles:
             click.echo(describe(p))
     return 0
+
+
+def stage_lines() -> list[str]:
+    """`amdgpu: llir -> asm | obj -> hsaco; amdgpu-hsaco=hsaco llvmir-text=llir asm=asm`, per family."""
+    from loomcli.emit import BACKENDS
+
+    return [f"{family}: {b.stages.describe()}; " + " ".join(f"{fmt}={stop}" for fmt, stop in b.stages.stops.items())
+            for family, b in BACKENDS.items()]

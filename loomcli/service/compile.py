@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loomcli.diagnostics import CompileError, Diagnostic
-from loomcli.emit import Artifact
+from loomcli.emit import Artifact, backend_for
 from loomcli.emit.artifacts import Emission, manifest
 from loomcli.errors import LoomError, UsageError
 from loomcli.ir.core import Module
@@ -51,12 +51,14 @@ def _compile(request: CompileRequest) -> CompileOutcome:
 
 def _profile(request: CompileRequest) -> Profile | None:
     """The request's target, checked against what it asks for (before any work)."""
-    if request.format not in TARGET_FORMATS + MODULE_FORMATS:
-        raise LoomError(f"unknown format {request.format}", 2)
+    names = request.outputs.names
+    for name in names:
+        if name not in OUTPUT_NAMES and not name.startswith(STAGE):
+            raise LoomError(f"unknown output {name}", 2)
     profile = parse_target(request.target) if request.target else None
-    if profile is None and (request.format in TARGET_FORMATS or request.launch_config):
-        raise LoomError(f"emitting {request.format if request.format in TARGET_FORMATS else 'a launch config'} "
-                        f"needs a target", 2)
+    needs = [n for n in names if n not in MODULE_FORMATS and n != "manifest"]
+    if profile is None and needs:
+        raise LoomError(f"emitting {needs[0] if needs[0] != 'launch-config' else 'a launch config'} needs a target", 2)
     return profile
 
 
@@ -65,16 +67,16 @@ def outcome_for(front: FrontEnd, profile: Profile | None, outputs: Outputs) -> C
     module for `profile`, run its pipeline, write `outputs`. Raises
     CompileError / LoomError (`compile_request` and callers turn them into
     outcomes)."""
-    names = [outputs.format] + ["launch-config"] * outputs.launch_config + ["manifest"] * outputs.manifest
     try:
-        made = produce(front, profile, names, outputs.artifact_name, outputs.launch_config_name)
+        made = produce(front, profile, outputs.names, outputs.artifact_name, outputs.launch_config_name)
     except CompileError as e:
         _on_target(e.diagnostics, profile, front)
         raise
     _on_target(made.warnings, profile, front)
     return CompileOutcome("ok", made.outputs[outputs.format], made.outputs.get("launch-config", b""),
                           made.outputs.get("manifest", b""), made.warnings, made.selections,
-                          extra={"exports": list(made.exports)} if made.target_format else {})
+                          extra={"exports": list(made.exports)} if made.target_format else {},
+                          also=tuple(made.outputs[name] for name in outputs.also))
 
 
 def _on_target(diagnostics: Sequence[Diagnostic], profile: Profile | None, front: FrontEnd) -> None:
@@ -99,16 +101,19 @@ class Produced:
 
 
 OUTPUT_NAMES = MODULE_FORMATS + TARGET_FORMATS + ("launch-config", "manifest")
+# `stage:NAME`: the output of one stage of the target's back end
+# (`loomcli.emit.BACKENDS`), one that no format stops at too (`stage:obj`).
+STAGE = "stage:"
 
 
 def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], artifact_name: str = "",
             launch_config_name: str = "") -> Produced:
     """Specialize `front` for `profile` once and write every output in `names`
-    (`OUTPUT_NAMES`); the manifest describes the first target format asked."""
+    (`OUTPUT_NAMES`, `stage:NAME`); the manifest describes the first target format asked."""
     for name in names:
-        if name not in OUTPUT_NAMES:
-            raise UsageError(f"unknown output {name}; the outputs: {', '.join(OUTPUT_NAMES)}")
-    executable = any(n in TARGET_FORMATS or n == "launch-config" for n in names)
+        if name not in OUTPUT_NAMES and not name.startswith(STAGE):
+            raise UsageError(f"unknown output {name}; the outputs: {', '.join(OUTPUT_NAMES)}, stage:NAME")
+    executable = any(n not in MODULE_FORMATS and n != "manifest" for n in names)
     if profile is None and executable:
         raise UsageError("target artifacts and launch configs need a target")
     # Artifacts and launch configs need every reachable config.get bound (17.22).
@@ -119,6 +124,8 @@ def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], arti
     made: dict[str, bytes] = {}
     first: Artifact | None = None
     target_format = ""
+    if emission is not None:
+        made.update(stage_outputs(emission, [n[len(STAGE):] for n in names if n.startswith(STAGE)]))
     for name in names:
         if name in made or name == "manifest":
             continue
@@ -140,6 +147,19 @@ def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], arti
     exports = tuple(k["export"] for k in first.kernels if k.get("export") is not None) if first else ()
     ordered = {n: made[n] for n in dict.fromkeys(names)}
     return Produced(ordered, tuple(compiled.warnings), selections, exports, target_format)
+
+
+def stage_outputs(emission: Emission, stages: Sequence[str]) -> dict[str, bytes]:
+    """`stage:NAME` outputs: each stage path runs once, the deepest first, so
+    the stages on its way come with it."""
+    if not stages:
+        return {}
+    order = [s.name for s in backend_for(emission.profile).stages.stages]
+    done: dict[str, bytes] = {}
+    for stage in sorted(dict.fromkeys(stages), key=lambda s: -order.index(s) if s in order else 0):
+        if stage not in done:
+            done.update(emission.stage_outputs(stage))  # an unknown stage: UsageError naming the stages
+    return {STAGE + s: done[s] for s in stages}
 
 
 def module_bytes(module: Module, fmt: str) -> bytes:

@@ -50,7 +50,7 @@ def cache_key(request: CompileRequest) -> str:
         "schema": KEY_SCHEMA, "loom": __version__, "compiler": compiler_fingerprint(),
         "llvm": llvm_version() if profile is not None and backend_for(profile).llvm else "",
         # NVIDIA's assembler writes the cubin: its version decides the bytes.
-        "ptxas": ptxas_version() if request.format == "nvptx-cubin" else "",
+        "ptxas": ptxas_version() if {"nvptx-cubin", "stage:cubin"} & set(request.outputs.names) else "",
         "profile": _stable(profile) if profile is not None else "",
         "request": header,
     }

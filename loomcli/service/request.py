@@ -42,6 +42,12 @@ class Outputs:
     manifest: bool = False
     artifact_name: str = ""                     # the manifest's artifact.name
     launch_config_name: str = ""                # the manifest's kernels[].launch_config
+    also: tuple[str, ...] = ()                  # more outputs of the same specialization (formats, `stage:NAME`)
+
+    @property
+    def names(self) -> list[str]:
+        """Every output name asked for, in order (`loomcli.service.compile.OUTPUT_NAMES`, `stage:NAME`)."""
+        return [self.format, *self.also] + ["launch-config"] * self.launch_config + ["manifest"] * self.manifest
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class CompileRequest:
     manifest: bool = False                      # also build the artifact manifest
     artifact_name: str = ""                     # the manifest's artifact.name
     launch_config_name: str = ""                # the manifest's kernels[].launch_config
+    also: tuple[str, ...] = ()                  # more outputs from the same specialization: formats, `stage:NAME`
     path: str = "<request>"                     # shown in diagnostics about the bytes; not in the key
     # (top-level op index, file) for ops linked in from another input, so
     # diagnostics about them name that file (bytecode keeps no file per op); not in the key
@@ -69,6 +76,7 @@ class CompileRequest:
         out["roots"] = list(self.roots)
         out["config"] = [list(pair) for pair in self.config]
         out["files"] = [list(pair) for pair in self.files]
+        out["also"] = list(self.also)
         return out
 
     @classmethod
@@ -81,11 +89,13 @@ class CompileRequest:
         values["roots"] = tuple(values.get("roots", ()))
         values["config"] = tuple((str(k), str(v)) for k, v in values.get("config", ()))
         values["files"] = tuple((int(k), str(f)) for k, f in values.get("files", ()))
+        values["also"] = tuple(str(name) for name in values.get("also", ()))
         return cls(module=module, **values)
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(self.format, self.launch_config, self.manifest, self.artifact_name, self.launch_config_name)
+        return Outputs(self.format, self.launch_config, self.manifest, self.artifact_name, self.launch_config_name,
+                       self.also)
 
     def task(self, label: str = "") -> Task:
         return Task(TASK_FUNCTION, self.header(), self.module, label or f"{self.artifact_name} {self.target}".strip())
@@ -102,6 +112,7 @@ class CompileOutcome:
     message: str = ""                           # with "error"
     exit_code: int = 0                          # with "error"
     extra: dict[str, Any] = field(default_factory=dict)  # JSON facts for callers (exports, ...)
+    also: tuple[bytes, ...] = ()                # the request's `also` outputs, in its order
 
     @property
     def ok(self) -> bool:
@@ -119,11 +130,14 @@ class CompileOutcome:
             "status": self.status, "message": self.message, "exit_code": self.exit_code,
             "diagnostics": [asdict(d) for d in self.diagnostics], "selections": list(self.selections),
             "extra": self.extra,
-            "lengths": [len(self.artifact), len(self.launch_config), len(self.manifest)],
+            "lengths": [len(b) for b in self.blobs],
         }
         text = json.dumps(head, sort_keys=True, separators=(",", ":")).encode()
-        return b"".join([_OUTCOME_MAGIC, _U32.pack(len(text)), text, self.artifact, self.launch_config,
-                         self.manifest])
+        return b"".join([_OUTCOME_MAGIC, _U32.pack(len(text)), text, *self.blobs])
+
+    @property
+    def blobs(self) -> tuple[bytes, ...]:
+        return (self.artifact, self.launch_config, self.manifest, *self.also)
 
     @classmethod
     def decode(cls, data: bytes) -> CompileOutcome:
@@ -138,7 +152,7 @@ class CompileOutcome:
         head = json.loads(data[pos:pos + n])
         pos += n
         lengths = head["lengths"]
-        if len(lengths) != 3 or any(not isinstance(x, int) or x < 0 for x in lengths) \
+        if not isinstance(lengths, list) or len(lengths) < 3 or any(not isinstance(x, int) or x < 0 for x in lengths) \
                 or pos + sum(lengths) != len(data):
             raise ValueError("compile outcome lengths do not match")
         blobs = []
@@ -147,7 +161,7 @@ class CompileOutcome:
             pos += length
         diags = tuple(Diagnostic(**d) for d in head["diagnostics"])
         return cls(head["status"], blobs[0], blobs[1], blobs[2], diags, tuple(head["selections"]),
-                   head["message"], head["exit_code"], head.get("extra", {}))
+                   head["message"], head["exit_code"], head.get("extra", {}), tuple(blobs[3:]))
 
 
 def outcome_or_failure(make: Callable[[], CompileOutcome]) -> CompileOutcome:
