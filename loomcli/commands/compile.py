@@ -61,7 +61,8 @@ def compile(input_path: str, output: tuple[str, ...], out_dir: str | None, fmt: 
             target_env: str | None, roots: tuple[str, ...], libraries: tuple[str, ...],
             config_pairs: tuple[str, ...], config_files: tuple[str, ...], pipeline: str,
             require_resolved_config: bool, launch_path: str | None, manifest_path: str | None,
-            stop_at: str | None, dump_stages: str | None, print_selections: bool, depfile_md: bool, depfile_path: str | None, depfile_target: str | None,
+            stop_at: str | None, dump_stages: str | None, print_selections: bool, depfile_md: bool,
+            depfile_path: str | None, depfile_target: str | None,
             jobs: int | None, no_cache: bool, trace_path: str | None, jobserver_style: str,
             diagnostics_format: str, quiet: bool, verbose: bool) -> int:
     """Compile INPUT (and the libraries it needs) to a compiled module or target artifacts."""
