@@ -164,7 +164,7 @@ def _o_outputs(request: OutputRequest, profile: Profile | None) -> tuple[list[tu
         return [(STAGE + request.stop_at, request.outputs[0])], sides
     for path in request.outputs:
         named = _suffix_output(path) if path != STDOUT else None
-        if named in SIDE_SUFFIXES.values() and not (request.format and len(request.outputs) == 1):
+        if named is not None and named in SIDE_SUFFIXES.values() and not (request.format and len(request.outputs) == 1):
             if named in sides:
                 raise UsageError(f"-o {sides[named]} and -o {path} both name the {named}")
             sides[named] = path
