@@ -70,15 +70,37 @@ class Source:
 
 @dataclass(frozen=True)
 class LinkIndex:
-    """A frozen library catalog: sources whose public symbols a compile may link."""
+    """A frozen library catalog: sources whose public symbols a compile may
+    link. Each source is parsed, verified and indexed once, when the catalog
+    is made; compiles sharing it (from any thread) read it and never change
+    it (the linker copies what it takes)."""
 
     sources: tuple[Source, ...]
+    _inputs: tuple[Any, ...] = field(repr=False, compare=False)              # loomcli.link.index.LinkInput
+    _diagnostics: tuple[Diagnostic, ...] = field(repr=False, compare=False)  # why a source did not load
 
     def __init__(self, sources: Iterable[Source]) -> None:
         items = tuple(sources)
         if not all(isinstance(s, Source) for s in items):
             raise UsageError("LinkIndex takes Source values")
+        from loomcli.frontend import load_bytes
+        from loomcli.link.index import input_from_module
+
+        inputs, diagnostics = [], []
+        for s in items:
+            try:
+                inputs.append(input_from_module(load_bytes(s.data, s.name), _stem(s.name), library=True))
+            except CompileError as e:
+                diagnostics += e.diagnostics
         object.__setattr__(self, "sources", items)
+        object.__setattr__(self, "_inputs", tuple(inputs))
+        object.__setattr__(self, "_diagnostics", tuple(diagnostics))
+
+    def inputs(self) -> tuple[Any, ...]:
+        """The indexed libraries (`loomcli.link.index.LinkInput`); CompileError if a source did not load."""
+        if self._diagnostics:
+            raise CompileError(list(self._diagnostics))
+        return self._inputs
 
 
 @dataclass(frozen=True)
@@ -177,7 +199,7 @@ class _Job:
     """One compile as plain data: what runs in this process or in a pool worker."""
 
     sources: tuple[Source, ...]                  # the source, then the config modules
-    libraries: tuple[Source, ...]
+    libraries: LinkIndex | None
     target: str
     roots: tuple[str, ...]
     config: tuple[tuple[str, str], ...]
@@ -187,8 +209,6 @@ class _Job:
     linked: bool = False
 
     def run(self) -> Result:
-        from loomcli.frontend import load_bytes
-        from loomcli.link.index import input_from_module
         from loomcli.pipeline import ConfigSources
         from loomcli.service.compile import produce
         from loomcli.service.front import FrontEndOptions, Memory, front_end
@@ -198,8 +218,7 @@ class _Job:
 
         profile = parse_target(self.target) if self.target else None
         try:
-            libraries = [input_from_module(load_bytes(s.data, s.name), _stem(s.name), library=True)
-                         for s in self.libraries]
+            libraries = self.libraries.inputs() if self.libraries is not None else ()
             inputs = [Input(s.data, s.name, key=_stem(s.name) if i == 0 else f"{_stem(s.name)}.config{i}")
                       for i, s in enumerate(self.sources)]
             config = ConfigSources(flags=tuple(f"{k}={v}" for k, v in self.config))
@@ -221,8 +240,9 @@ class _Job:
         return Result(True, made.warnings, artifacts, made.exports)
 
     def encode(self) -> tuple[dict[str, Any], bytes]:
-        blobs = [s.data for s in self.sources + self.libraries]
-        header = {"sources": [s.name for s in self.sources], "libraries": [s.name for s in self.libraries],
+        libraries = self.libraries.sources if self.libraries is not None else ()
+        blobs = [s.data for s in self.sources + libraries]
+        header = {"sources": [s.name for s in self.sources], "libraries": [s.name for s in libraries],
                   "lengths": [len(b) for b in blobs], "target": self.target, "roots": list(self.roots),
                   "config": [list(c) for c in self.config], "require": self.require_resolved_config,
                   "outputs": list(self.outputs), "pipeline": self.pipeline, "linked": self.linked}
@@ -235,7 +255,8 @@ class _Job:
             sources.append(Source(payload[pos:pos + n], name))
             pos += n
         k = len(header["sources"])
-        return cls(tuple(sources[:k]), tuple(sources[k:]), header["target"], tuple(header["roots"]),
+        libraries = LinkIndex(sources[k:]) if sources[k:] else None  # indexed once, for this job
+        return cls(tuple(sources[:k]), libraries, header["target"], tuple(header["roots"]),
                    tuple((a, b) for a, b in header["config"]), header["require"], tuple(header["outputs"]),
                    header["pipeline"], header["linked"])
 
@@ -285,7 +306,7 @@ class Compiler:
         if not text and any(n not in MODULE_FORMATS for n in names):
             raise UsageError(f"outputs {', '.join(n for n in names if n not in MODULE_FORMATS)} need a target")
         return _Job((source,) + _sources(config_modules, "config_modules"),
-                    libraries.sources if libraries is not None else (), text,
+                    libraries, text,
                     tuple("@" + str(r).lstrip("@") for r in roots), _config(config),
                     bool(require_resolved_config), names, self._pipeline)
 
@@ -304,7 +325,7 @@ class Compiler:
             raise UsageError(f"compile_request takes a Request, not {type(request).__name__}")
         job = self.job(Source(request.data, request.name + ".loombc"), target=target, roots=request.roots,
                        outputs=outputs)
-        return _Job(job.sources, (), job.target, job.roots, (), False, job.outputs, job.pipeline, linked=True)
+        return _Job(job.sources, None, job.target, job.roots, (), False, job.outputs, job.pipeline, linked=True)
 
     def compile_request(self, request: Request, *, target: Target | str | None = None,
                         outputs: Sequence[str] = ("loom-bytecode",)) -> Result:
@@ -492,10 +513,8 @@ def build_command_product(source: Source, *, roots: Sequence[str] = (), librarie
         raise UsageError(f"build_command_product takes a Source, not {type(source).__name__}")
     if libraries is not None and not isinstance(libraries, LinkIndex):
         raise UsageError("libraries takes a LinkIndex")
-    from loomcli.frontend import load_bytes
     from loomcli.frontier.product import FrontierOptions
     from loomcli.frontier.product import build_command_product as build
-    from loomcli.link.index import input_from_module
     from loomcli.service.front import Memory
     from loomcli.service.front import Source as Input
     from loomcli.targets.profiles import parse_target
@@ -510,8 +529,7 @@ def build_command_product(source: Source, *, roots: Sequence[str] = (), librarie
     specs = [f"@{str(k).lstrip('@')}={v}" for k, v in (spec or {}).items()]
     flags = [f"{k}={v}" for k, v in _config(config)]
     try:
-        libs = [input_from_module(load_bytes(s.data, s.name), _stem(s.name), library=True)
-                for s in (libraries.sources if libraries else ())]
+        libs = libraries.inputs() if libraries is not None else ()
         inputs = Memory((Input(source.data, source.name, key=_stem(source.name)),), libs)
         options = FrontierOptions(source.name, roots=tuple(roots), config=flags, spec=specs,
                                   profile=parse_target(text) if text else None, name=_stem(source.name))

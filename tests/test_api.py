@@ -89,6 +89,39 @@ def test_link_index_is_a_library_catalog() -> None:
     assert not alone.ok and alone.diagnostics[0].file == "user.loom"
 
 
+def test_a_shared_link_index_is_indexed_once_and_never_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import loomcli.frontend
+    from loomcli.text.printer import print_module
+
+    parsed: list[str] = []
+    load = loomcli.frontend.load_bytes
+    monkeypatch.setattr(loomcli.frontend, "load_bytes", lambda data, name, **kw: (parsed.append(name),
+                                                                                   load(data, name, **kw))[1])
+    libraries = loom.LinkIndex([loom.Source.from_text(LIBRARY, name="lib.loom")])
+    assert parsed == ["lib.loom"]
+    (library,) = libraries.inputs()
+    before = print_module(library.module())
+    compiler = loom.Compiler()
+
+    def compile_one(n: int) -> loom.Result:
+        return compiler.compile(loom.Source.from_text(USER, name="user.loom"), target="spirv:vulkan1.3",
+                                libraries=libraries, outputs=("spirv-binary", "launch-config"))
+
+    with ThreadPoolExecutor(4) as executor:
+        results = list(executor.map(compile_one, range(8)))
+    assert parsed == ["lib.loom"]  # eight compiles on four threads, one parse
+    assert all(r.ok for r in results) and len({tuple(a.data for a in r.artifacts.values()) for r in results}) == 1
+    assert print_module(library.module()) == before  # linking copies what it takes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        libraries.sources = ()  # type: ignore[misc]
+    broken = loom.LinkIndex([loom.Source.from_text("func.def @f( {\n", name="broken.loom")])
+    result = compiler.compile(loom.Source.from_text(USER, name="user.loom"), target="spirv:vulkan1.3",
+                              libraries=broken, outputs=("spirv-binary",))
+    assert not result.ok and result.diagnostics[0].file == "broken.loom"
+
+
 def test_targets_are_the_profiles() -> None:
     names = [t.name for t in loom.targets()]
     assert "amdgpu:gfx1100" in names and "spirv:vulkan1.3" in names and "nvptx:sm_90" in names
