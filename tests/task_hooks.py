@@ -39,11 +39,13 @@ def _hook(wrapper: str, module: str, function: str, processes: set[str]) -> str:
     return "import importlib.abc, importlib.util, sys\n" + where + wrapper + _INSTALL
 
 
-def task_hook(wrapper: str) -> str:
+def task_hook(wrapper: str, module: str = "loomcli.build.tasks", function: str = "kernel_set_task",
+              workers: tuple[str, ...] = ("loomcli.runtime.pool", "loomcli.runtime.forkserver")) -> str:
     """The `sitecustomize` text: `wrapper` is Python source that defines
-    `_wrap(task) -> task` (the kernel-set task as the worker should run it)."""
-    return _hook(wrapper, "loomcli.build.tasks", "kernel_set_task",
-                 {"loomcli.runtime.pool", "loomcli.runtime.forkserver"})
+    `_wrap(task) -> task` (`module.function` as processes started with
+    `python -m W` for W in `workers` should run it; by default the
+    kernel-set task in pool workers)."""
+    return _hook(wrapper, module, function, set(workers))
 
 
 def worker_compile_hook(wrapper: str) -> str:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from task_hooks import task_hook
 
 import loomcli as loom
 
@@ -227,6 +228,60 @@ def test_task_pool_results_match_in_process_and_a_dead_worker_is_status() -> Non
         with pytest.raises(loom.LoomError) as failure:  # a worker whose task itself fails
             pool._submit(Task("loomcli.api:compile_task", {"sources": 1}, b"")).result()
         assert failure.value.exit_code == 3
+
+
+# LLVM aborting in the middle of code generation (an assertion is SIGABRT), made deterministic
+# without a hook in loom (`task_hooks`): in every worker process, the code generator's entry
+# aborts the process instead of compiling.
+LLVM_ABORTS = task_hook("""\
+import os
+
+
+def _wrap(compile_ir):
+    def aborting(header, ir):
+        os.abort()
+
+    return aborting
+""", module="loomcli.emit.llvm.codegen", function="compile_ir",
+    workers=("loomcli.runtime.isolated", "loomcli.runtime.pool", "loomcli.runtime.forkserver"))
+
+ABORTED = """\
+import sys, loomcli as loom
+saxpy = loom.Source.from_path(sys.argv[1])
+try:
+    loom.Compiler().compile(saxpy, target="amdgpu:gfx1100", outputs=("amdgpu-hsaco",))
+except loom.LoomError as e:
+    print("compile", type(e).__name__, e.exit_code, str(e).split(";")[0])
+spv = loom.Compiler().compile(saxpy, target="spirv:vulkan1.3", outputs=("spirv-binary",))
+print("spirv still compiles", spv.ok)
+with loom.TaskPool(max_workers=1) as pool:
+    try:
+        pool.submit_compile(saxpy, target="amdgpu:gfx1100", outputs=("amdgpu-hsaco",)).result()
+    except loom.LoomError as e:
+        print("pool", type(e).__name__, e.exit_code)
+"""
+
+
+def test_an_llvm_abort_in_a_worker_is_loom_error_exit_3(tmp_path: Path) -> None:
+    """A real worker death (SIGABRT during LLVM code generation), not a failing task: in process,
+    from the pool, and on the command line (exit 3, one line, no output left behind)."""
+    (tmp_path / "sitecustomize.py").write_text(LLVM_ABORTS)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]), "LOOM_SERVER": "off"}
+    script = tmp_path / "aborted.py"
+    script.write_text(ABORTED)
+    r = subprocess.run([sys.executable, str(script), str(SAMPLES / "saxpy.loom")], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "compile LoomError 3 internal: LLVM aborted while generating code for amdgpu:gfx1100 (signal 6)",
+        "spirv still compiles True", "pool LoomError 3"]
+    out = tmp_path / "k.hsaco"
+    r = subprocess.run([sys.executable, "-m", "loomcli", "compile", str(SAMPLES / "saxpy.loom"), "--target",
+                        "amdgpu:gfx1100", "-o", str(out), "--no-cache"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 3 and r.stdout == "" and not out.exists()
+    assert r.stderr.startswith("loom: error: internal: LLVM aborted while generating code for amdgpu:gfx1100 "
+                               "(signal 6)") and len(r.stderr.splitlines()) == 1, r.stderr
 
 
 @pytest.mark.parametrize("script, lines", [
