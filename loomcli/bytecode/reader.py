@@ -17,6 +17,7 @@ start of its payload).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signatu
 from loomcli.ir.gcpause import gc_paused
 from loomcli.ir.ops import OPS
 from loomcli.ir.structural import StructureError, check_comment, check_module_op
-from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType
+from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType, Type
 
 _unpack_f64 = struct.Struct("<d").unpack_from
 _MAX_DEPTH = L.MAX_DEPTH
@@ -110,6 +111,12 @@ def _uv(data: bytes, pos: int) -> tuple[int, int]:
 
 class _Header:
     __slots__ = ("debug", "end_comments", "entries", "path", "payload_base", "strings")
+    debug: bool
+    end_comments: list[str]
+    entries: list[SymbolEntry]
+    path: str | None
+    payload_base: int
+    strings: _Strings
 
 
 def _check_count(n: int, pos: int, end: int, what: str, per: int = 1) -> None:
@@ -271,7 +278,8 @@ class _Payload:
 
     __slots__ = ("base_line", "data", "debug", "end", "nstrs", "opdefs", "strs", "types", "values")
 
-    def __init__(self, data: bytes, strs: list[str], debug: bool, opdefs: dict, types: dict) -> None:
+    def __init__(self, data: bytes, strs: list[str], debug: bool, opdefs: dict[int, Any], types: dict[int, Any]
+                 ) -> None:
         self.data = data
         self.end = len(data)
         self.strs = strs
@@ -324,7 +332,7 @@ class _Payload:
             raise _Malformed(pos, "negative line number")
         return (line, col), pos
 
-    def scalar_type(self, code: int, pos: int):
+    def scalar_type(self, code: int, pos: int) -> Type:
         i = code >> 1
         if i >= self.nstrs:
             raise _Malformed(pos, f"type name index {i} out of range")
@@ -337,7 +345,7 @@ class _Payload:
         self.types[code] = t
         return t
 
-    def type(self, pos: int, depth: int):
+    def type(self, pos: int, depth: int) -> tuple[Type, int]:
         data = self.data
         code = data[pos]
         if code < 0x80:
@@ -379,7 +387,7 @@ class _Payload:
             raise _Malformed(at, f"invalid element type `{elem_name}`")
         return ShapedType(kind, tuple(dims), elem), p
 
-    def define(self, pos: int, cls: type, depth: int) -> tuple[Value, int]:
+    def define(self, pos: int, cls: Callable[..., Value], depth: int) -> tuple[Value, int]:
         name, pos = self.string(pos)
         t, pos = self.type(pos, depth)
         if self.debug:
@@ -476,7 +484,7 @@ class _Payload:
             return self.string(p)
         if tag == L.A_TUPLE or tag == L.A_LIST:
             n, p = self.count(p, "array")
-            items = []
+            items: list[Any] = []
             depth += 1
             for _ in range(n):
                 t = data[p]
@@ -546,8 +554,8 @@ class _Payload:
             n, p = self.count(p, "signature result")
             results = []
             for _ in range(n):
-                t, p = self.type(p, depth)
-                results.append(t)
+                rt, p = self.type(p, depth)
+                results.append(rt)
             w, p = self.count(p, "predicate")
             where = None
             if w:
@@ -771,11 +779,12 @@ class _Payload:
                     k, p = _uv_slow(data, p + 1, k)
                 if k >= nstrs:
                     raise _Malformed(p, f"string index {k} out of range")
-                t = data[p]
-                t = types.get(t) if t < 0x80 else None
-                if t is None:
+                code = data[p]
+                known = types.get(code) if code < 0x80 else None  # a scalar type seen before: one byte
+                if known is None:
                     t, p = self.type(p, depth)
                 else:
+                    t = known
                     p += 1
                 if debug:
                     line = data[p]
@@ -822,6 +831,7 @@ def _decode(data: bytes, path: str, check: bool) -> Module:
         except IndexError:
             raise _Malformed(len(data), "truncated file") from None
         strs = h.strings.list
+        assert strs is not None  # eager: every string decoded
         module = Module(h.path if h.path is not None else path)
         module.end_comments = h.end_comments
         try:

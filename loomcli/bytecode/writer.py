@@ -64,7 +64,7 @@ class _PayloadWriter:
         self.s = strings
         self.debug = debug
         self.values: dict[Value, int] = {}
-        self.types: dict[ScalarType, int] = {}
+        self.types: dict[Type, int] = {}
         self.base_line = 0  # the line of the top-level op; other lines are relative to it
 
     # ---------------------------------------------------------- primitives
@@ -125,9 +125,11 @@ class _PayloadWriter:
                 if not 0 <= d <= L.INT_MAX:
                     raise ValueError(f"static dimension {d} outside [0, 2^64-1]")
                 _uv(out, d + 1)
-            else:
+            elif isinstance(d, Value):
                 out.append(0)
                 self.ref(d, depth + 1)
+            else:
+                raise ValueError(f"malformed dimension {d!r}")
         _uv(out, self.s(t.elem.name))
 
     def pred(self, p: Pred, depth: int) -> None:
@@ -278,7 +280,7 @@ class _PayloadWriter:
         _uv(out, len(op.operands))
         for v in op.operands:
             self.ref(v, depth)
-        if flags & L.OP_OPERAND_LOCS:
+        if flags & L.OP_OPERAND_LOCS and op.operand_locs is not None:
             _uv(out, len(op.operand_locs))
             for loc in op.operand_locs:
                 self.loc(loc)
@@ -301,7 +303,7 @@ class _PayloadWriter:
         for k, v in attrs:
             _uv(out, s(k))
             self.attr(v, depth)
-        if flags & L.OP_ATTR_LOCS:
+        if flags & L.OP_ATTR_LOCS and op.attr_locs is not None:
             _uv(out, len(op.attr_locs))
             for k, loc in op.attr_locs.items():
                 _uv(out, s(k))

@@ -97,7 +97,7 @@ def refs_of(op: Operation) -> Iterator[Value]:
             yield from _attr_refs(v)
 
 
-def remap_refs(op: Operation, mapping: Mapping[Value, Value]) -> None:
+def remap_refs(op: Operation, mapping: dict[Value, Value]) -> None:
     """Rewrite, in place, the values `op` names in types and predicates (not its operands)."""
     for r in op.results:
         r.type = remap_type(r.type, mapping)

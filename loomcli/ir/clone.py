@@ -28,9 +28,10 @@ def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
     return t
 
 
-def remap_attr(v: Any, mapping: Mapping[Value, Value]) -> Any:
+def remap_attr(v: Any, mapping: dict[Value, Value]) -> Any:
     """An attribute value with the SSA values it names mapped; signatures get
-    fresh local names (their region arguments are mapped already)."""
+    fresh local names (their region arguments are mapped already), which
+    `mapping` records."""
     if isinstance(v, Signature):
         args = [_clone_local(a, mapping) for a in v.args]
         where = None if v.where is None else [remap_attr(p, mapping) for p in v.where]
@@ -50,7 +51,7 @@ def remap_attr(v: Any, mapping: Mapping[Value, Value]) -> Any:
     return v  # immutable scalars, Ident, HashAttr, SymbolRef
 
 
-def _clone_local(a: Value, mapping: Mapping[Value, Value]) -> Value:
+def _clone_local(a: Value, mapping: dict[Value, Value]) -> Value:
     """A signature argument: region arguments are already mapped; local names are copied."""
     if a in mapping:
         return mapping[a]

@@ -103,9 +103,10 @@ def coerce(value: Any, t: Type) -> Any | None:
 
 def holds(pred: Pred, subject: Value, value: int | float) -> bool:
     """Whether a predicate of LANGUAGE.md section 6 holds for a bound subject value."""
-    args = [value if a is subject else a for a in pred.args[1:]]
-    if any(isinstance(a, Value) for a in args):
+    bound = [value if a is subject else a for a in pred.args[1:]]
+    if any(isinstance(a, Value) for a in bound):
         return True  # relations to other values are checked where those are known
+    args: list[int | float] = [a for a in bound if not isinstance(a, Value)]  # all of them
     v = value
     name = pred.name
     if name == "range":

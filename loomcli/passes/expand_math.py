@@ -75,7 +75,8 @@ class ExpandMath(ModulePass):
             if t is F64 and "i64" not in features:
                 # The f64 routines read and build exponent bits through i64.
                 raise CompileError([Diagnostic.make("TARGET/005", module.path, op.loc, k=(top.symbol or "?"),
-                                                    feature=f"i64 for {op.name} on f64", target=profile.name)])
+                                                    feature=f"i64 for {op.name} on f64",
+                                                    target=profile.name if profile is not None else "none")])
             if t in _NARROW:  # through f32, one rounding at the end
                 namer = Namer.for_op(op)
                 wide = [_insert_before(op, create("scalar.extf", [v], [F32]), namer) for v in op.operands]
@@ -140,7 +141,7 @@ class Library:
         lib = MathLib(b, t.bits, "i64" in self.features,  # type: ignore[attr-defined]
                       reduce=None if fn == "rem_pio2" else self._reduce(b, t))
         if fn == "pow":
-            values = [mathlib.pow_special(lib, *body.args, core=self._pow_core(lib, t))]
+            values = [mathlib.pow_special(lib, body.args[0], body.args[1], core=self._pow_core(lib, t))]
         elif fn == "rem_pio2":
             values = mathlib.rem_pio2(lib, body.args[0])
         else:

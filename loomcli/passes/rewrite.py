@@ -288,19 +288,19 @@ def apply_patterns(module: Module, table: PatternTable, *, max_iterations: int =
         changed = False
         rewrites = 0
         while rewrites < max_rewrites:
-            op = worklist.pop()
-            if op is None:
+            current = worklist.pop()
+            if current is None:
                 break
-            if op.parent is None:
+            if current.parent is None:
                 continue
-            if erase_dead and rewriter.is_trivially_dead(op):
-                rewriter.carry_comments(op)
-                rewriter.erase_op(op)
+            if erase_dead and rewriter.is_trivially_dead(current):
+                rewriter.carry_comments(current)
+                rewriter.erase_op(current)
                 changed = True
                 rewrites += 1
                 continue
-            for pattern in (*table.get(op.opdef.name, ()), *generic):
-                if pattern(op, rewriter):
+            for pattern in (*table.get(current.opdef.name, ()), *generic):
+                if pattern(current, rewriter):
                     changed = True
                     rewrites += 1
                     break

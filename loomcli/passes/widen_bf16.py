@@ -82,7 +82,7 @@ def _widen_lanewise(w: _Widening, op: Operation) -> Value:
     flags = {"flags": op.attr("flags", ())}
     scalar = "scalar." + op.opdef.name.partition(".")[2]
     lanes = [w.widened(scalar, [w.lane(v, k) for v in op.operands], flags, w.namer.fresh("lane"))
-             for k in range(int(t.dims[0]))]  # type: ignore[call-overload]
+             for k in range(_lanes(t))]
     name = op.results[0].name  # the last op takes it: the one replacing the result
     vector = w.value("vector.splat", [lanes[0]], t, result_name=name if len(lanes) == 1 else None)
     for k, lane in enumerate(lanes[1:], start=1):
@@ -98,7 +98,7 @@ def _widen_reduce(w: _Widening, op: Operation) -> Value:
     t = vector.type
     assert isinstance(t, ShapedType)
     name = op.results[0].name
-    n = int(t.dims[0])  # type: ignore[call-overload]
+    n = _lanes(t)
     for k in range(n):
         acc = w.widened(scalar, [acc, w.lane(vector, k)], {}, w.namer.fresh(name), name if k == n - 1 else None)
     return acc
@@ -166,3 +166,10 @@ class WidenBF16(ModulePass):
 
 
 __all__ = ["WidenBF16", "widen_bf16", "widens"]
+
+
+def _lanes(t: ShapedType) -> int:
+    """A vector's lane count (vector shapes are static)."""
+    n = t.dims[0]
+    assert isinstance(n, int)
+    return n

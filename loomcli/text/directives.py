@@ -48,6 +48,7 @@ def _syntax(cls: type[Syntax]) -> type[Syntax]:
 def compile_directive(d: F.Directive) -> Syntax:
     """The syntax of `d`: its class's, holding `d`'s fields."""
     syntax = object.__new__(_SYNTAX[type(d)])
+    name: str
     for name in type(d).__slots__:
         setattr(syntax, name, getattr(d, name))
     return syntax
@@ -326,7 +327,7 @@ class DictSyntax(F.Dict, Syntax):
             key_off, value_off = offsets[key]
             if allowed is None:
                 p.fail("PARSE/007", key_off, word=key, op=op.name)
-            if allowed is int:
+            if not isinstance(allowed, tuple):  # int
                 if not isinstance(value, int) or isinstance(value, bool):
                     p.fail("PARSE/003", value_off, expected="an integer", found=f"`{_shown(value)}`")
             elif not isinstance(value, Ident):
@@ -412,7 +413,7 @@ class PackSyntax(F.Pack, Syntax):
 
     def parse(self, p: Parser, op: Operation) -> None:
         p.expect("[")
-        aligns = []
+        aligns: list[int] = []
         while True:
             p.expect_word("align")
             if not p.at("("):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 from loomcli.diagnostics import CompileError, Diagnostic, did_you_mean
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
@@ -140,7 +140,7 @@ class Parser:
 
     # ------------------------------------------------------------ errors
 
-    def fail(self, code: str, offset: int, hint: str = "", **fields: Any) -> None:
+    def fail(self, code: str, offset: int, hint: str = "", **fields: Any) -> NoReturn:
         if code == "PARSE/004":  # the token as the message shows it: no raw NUL, ESC or other control
             fields["text"] = _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", fields["text"])
         d = Diagnostic.make(code, self.path, self.loc(offset), **fields)
@@ -153,7 +153,7 @@ class Parser:
             return "end of file"
         return f"`{self.texts[self.i]}`"
 
-    def fail_expected(self, what: str) -> None:
+    def fail_expected(self, what: str) -> NoReturn:
         k = self.kinds[self.i]
         if k == INVALID:
             self.fail("PARSE/004", self.offset, text=self.text)
@@ -164,7 +164,7 @@ class Parser:
             self._bad_shape(self.text, self.offset)
         self.fail("PARSE/003", self.offset, expected=what, found=self.describe())
 
-    def fail_legacy(self, op: Operation, text: str) -> None:
+    def fail_legacy(self, op: Operation, text: str) -> NoReturn:
         self.fail("PARSE/011", self.offset, text=text if text != "[]" else f"{op.name} @k[]", new=op.opdef.example)
 
     def count_error(self, op: Operation, n: int, items: str, m: int) -> None:
@@ -420,14 +420,14 @@ class Parser:
             self.i += 1
             return t
         if k == SHAPE:
-            t = self._static_shapes.get(text)
-            if t is None:
-                t = self._parse_shape(text, self.offset)
+            shaped = self._static_shapes.get(text)
+            if shaped is None:
+                shaped = self._parse_shape(text, self.offset)
             self.i += 1
-            return t
+            return shaped
         self.fail_expected("a type")
 
-    def _bad_shape(self, text: str, offset: int) -> None:
+    def _bad_shape(self, text: str, offset: int) -> NoReturn:
         if "#" in text and "," in text:
             self.fail("PARSE/011", offset, text=text, new=text.split(",")[0] + ">")
         self.fail("PARSE/004", offset, text=text)
@@ -763,7 +763,7 @@ class Parser:
                 return
             j += 1
 
-    def _unknown_op(self, name: str, offset: int) -> None:
+    def _unknown_op(self, name: str, offset: int) -> NoReturn:
         if name in RENAMED_OPS:
             raise _SyntaxStop(Diagnostic(
                 "PARSE/006", f"unknown operation `{name}`; v1 spells it `{RENAMED_OPS[name]}`",

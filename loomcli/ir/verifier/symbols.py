@@ -82,7 +82,7 @@ class SymbolRules(VerifierBase):
                     self.error("SYMBOL/001", op.loc_of("sym"), name="@" + sym)
                 else:
                     self.symbols[sym] = op
-            if op.opdef is KERNEL_DEF:
+            if op.opdef is KERNEL_DEF and sym is not None:
                 entry = op._attrs.get("export", sym)
                 if entry in exports:
                     self.error("SYMBOL/001", op.loc_of("export"), name=entry)
@@ -288,7 +288,7 @@ class SymbolRules(VerifierBase):
             self._check_call_site(op, target)
 
     def rule_config_decl(self, op: Operation) -> None:
-        t = op._attrs.get("type")
+        t = op.attr("type")  # the format's TypeAttr: always set
         if self.want(op, f"type of @{op._attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
                      op.loc_of("type")):
             sig = op._attrs.get("sig")
@@ -296,7 +296,7 @@ class SymbolRules(VerifierBase):
                 self.check_preds(sig.where, set(sig.args))
 
     def rule_config_def(self, op: Operation) -> None:
-        t = op._attrs.get("type")
+        t = op.attr("type")  # the format's TypeAttr: always set
         if self.want(op, f"type of @{op._attrs.get('sym')}", t, self._scalar_arg(t), "index, offset, integer or float",
                      op.loc_of("type")):
             self.literal(op, "value", t)
