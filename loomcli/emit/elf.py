@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 SHDR = struct.Struct("<IIQQQQIIQQ")
@@ -120,7 +121,7 @@ def _cstr(table: bytes, offset: int) -> str:
     return table[offset:end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
-def _unpack(fmt: struct.Struct, data: bytes, offset: int, what: str) -> tuple:
+def _unpack(fmt: struct.Struct, data: bytes, offset: int, what: str) -> tuple[Any, ...]:
     if offset < 0 or offset + fmt.size > len(data):
         raise ElfError(f"{what} at {offset} runs past the end of the file")
     return fmt.unpack_from(data, offset)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.errors import UsageError
 from loomcli.ir.core import Module, Operation, Region, Signature
-from loomcli.ir.ops import CALL, CONFIG_DEF, CONFIG_GET, FUNCTION, TEMPLATE_DEF
+from loomcli.ir.ops import CALL, CONFIG_DEF, CONFIG_GET, FUNC_DEF, FUNCTION, TEMPLATE_DECL, TEMPLATE_DEF
 from loomcli.launch.program import FACTS, FORMAT_SYMBOL, FORMAT_VERSION, PREFIX, TARGET_PREFIX, entry_name, fact_symbol
 from loomcli.targets.profiles import Profile
 
@@ -186,11 +186,11 @@ class _Builder:
                     if op.attr_or(key) is not None:
                         needed.add(op.attr_or(key))
         for name in list(needed):
-            op = self.symbols.get(name)
-            if op is not None and op.opdef is TEMPLATE_DEF:
-                needed.add(op.attr("family"))
+            symbol = self.symbols.get(name)
+            if symbol is not None and symbol.opdef is TEMPLATE_DEF:
+                needed.add(symbol.attr("family"))
         support = [self._support(op) for op in self.module.ops if op.symbol in needed
-                   and op.name in ("func.def", "template.def", "template.decl", "config.def")]
+                   and op.opdef in (FUNC_DEF, TEMPLATE_DEF, TEMPLATE_DECL, CONFIG_DEF)]
         self._avoid_reserved(support, kernels)
         result = Module(self.module.path)
         for op in out + support:

@@ -67,7 +67,8 @@ def object_stage(job: StageJob, ir: bytes) -> bytes:
 
 
 def link_stage(job: StageJob, obj: bytes) -> bytes:
-    from loomcli.emit.amdgpu.link import ElfError, link_shared
+    from loomcli.emit.amdgpu.link import link_shared
+    from loomcli.emit.elf import ElfError
 
     try:
         return link_shared(obj)

@@ -228,7 +228,7 @@ class FunctionLowering:
         if isinstance(t, ShapedType):
             if t.name != "vector":
                 raise LoweringError(f"no register type for {t}")
-            return ll.vector(int(t.dims[0]), self.ty(t.elem))  # type: ignore[call-overload]
+            return ll.vector(_lane_count(t), self.ty(t.elem))
         if t is INDEX:
             return self.index_ty
         if t is OFFSET:
@@ -254,7 +254,7 @@ class FunctionLowering:
 
     def constant(self, value: Any, t: Type) -> ll.Constant:
         if is_vector(t):
-            return ll.splat(self.ty(t), self.constant(value, t.elem))  # type: ignore[attr-defined]
+            return ll.splat(self.ty(t), self.constant(value, t.elem))
         v = canonical(value, t)
         if t is I1:
             return ll.const_int(ll.I1, int(bool(v)))
@@ -438,8 +438,9 @@ class FunctionLowering:
             self.bind(arg, Ref(ptr, base, (*strides, self.offset(1))))
         term = self.lower_body(body)
         comps: list[ll.Value] = []
-        for v in term.operands if term is not None else []:
-            comps += self.ref_components(self.val(v), v.type) if is_ref_type(v.type) else [self.val(v)]
+        for result in term.operands if term is not None else []:
+            comps += (self.ref_components(self.val(result), result.type) if is_ref_type(result.type)
+                      else [self.val(result)])
         ret = self.return_components(comps)
         attrs = ["nounwind", *(ll.string_attribute(k, v) for k, v in t.function_attributes)]
         inlining = callee.attr_or("inlining")
@@ -514,7 +515,7 @@ class FunctionLowering:
         if not is_view(t):
             return Ref(ptr)
         base = b.phi([(v.base, label) for v, label in adjusted], hint + ".base")
-        rank = len(t.dims)  # type: ignore[attr-defined]
+        rank = len(t.dims)
         strides = tuple(b.phi([(v.strides[k], label) for v, label in adjusted], hint + ".stride")
                         for k in range(rank - 1))
         return Ref(ptr, base, (*strides, self.offset(1)))
@@ -1014,7 +1015,7 @@ def _call(fl: FunctionLowering, op: Operation) -> None:
         if not is_ref_type(res.type):
             fl.bind(res, next(comps))
             continue
-        n = 1 if not is_view(res.type) else 1 + len(res.type.dims)  # type: ignore[attr-defined]
+        n = 1 if not is_view(res.type) else 1 + len(res.type.dims)
         fl.bind(res, fl.ref_from(res.type, [next(comps) for _ in range(n)]))
 
 
@@ -1058,7 +1059,7 @@ def _pack(fl: FunctionLowering, op: Operation) -> None:
         bumped = fl.b.binop("add", x, fl.offset(a - 1), "nuw nsw")
         return fl.b.binop("and", bumped, fl.offset(-a))
 
-    offsets = [fl.offset(0)]
+    offsets: list[ll.Value] = [fl.offset(0)]
     for k in range(1, len(sizes)):
         offsets.append(align_up(fl.add64(offsets[-1], sizes[k - 1]), aligns[k]))
     total = align_up(fl.add64(offsets[-1], sizes[-1]), max(aligns))
@@ -1075,14 +1076,14 @@ def _buffer_view(fl: FunctionLowering, op: Operation) -> None:
     buf: Ref = fl.val(op.operand("buffer"))
     base = fl.val(op.operand("offset"))
     t = op.result().type
-    strides = [fl.offset(1)]
+    strides: list[ll.Value] = [fl.offset(1)]
     for d in reversed(t.dims[1:]):  # type: ignore[attr-defined]
         strides.insert(0, fl.mul64(strides[0], _extent(fl, d)))
     _result(fl, op, Ref(buf.ptr, base, tuple(strides), buf.alias))
 
 
 def _element_offset(fl: FunctionLowering, view: Ref, indices: list[ll.Value]) -> ll.Value:
-    total = fl.offset(0)
+    total: ll.Value = fl.offset(0)
     for i, s in zip(indices, view.strides):
         total = fl.add64(total, fl.mul64(fl.to_offset(i), s))
     return total
@@ -1144,7 +1145,14 @@ def store_value(fl: FunctionLowering, v: ll.Value, ptr: ll.Value, elem: ScalarTy
 
 
 def _lanes(t: Type) -> int | None:
-    return int(t.dims[0]) if is_vector(t) else None  # type: ignore[attr-defined]
+    return _lane_count(t) if is_vector(t) else None
+
+
+def _lane_count(t: ShapedType) -> int:
+    """A vector's lane count (vector shapes are static)."""
+    n = t.dims[0]
+    assert isinstance(n, int)
+    return n
 
 
 @handles("view.load", "vector.load")

@@ -127,7 +127,7 @@ def _redux(op: str) -> SubgroupReduce:
     return reduce
 
 
-SUBGROUP_REDUCE = {(kind, I32): _redux(op) for kind, op in _REDUX.items()}
+SUBGROUP_REDUCE: dict[tuple[str, Type], SubgroupReduce] = {(kind, I32): _redux(op) for kind, op in _REDUX.items()}
 
 
 def _sreg(name: str) -> Coordinate:

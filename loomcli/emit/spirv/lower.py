@@ -23,7 +23,7 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.spirv import floatmath as fm
 from loomcli.emit.spirv.builder import NATURAL_STORAGE, Builder
 from loomcli.emit.spirv.memory import Facts, Root, tracked
-from loomcli.emit.spirv.spec import GROUP_REDUCE, SC, BuiltIn, Cap, Op, Scope, Sem
+from loomcli.emit.spirv.spec import GLSL, GROUP_REDUCE, SC, BuiltIn, Cap, Op, Scope, Sem
 from loomcli.ir.core import Operation, Region, Value
 from loomcli.ir.ops import SCALAR_EXTSI, SCALAR_FPTOSI, SCALAR_SITOFP, OpTable
 from loomcli.ir.types import (
@@ -133,7 +133,7 @@ class Lowerer(Builder):
     def get(self, v: Value) -> Any:
         return self.env[v]
 
-    def fail(self, code: str, at: Operation, **fields: object) -> CompileError:
+    def fail(self, code: str, at: Operation, **fields: Any) -> CompileError:
         return CompileError([Diagnostic.make(code, self.em.path, at.loc, **fields)])
 
     def block(self, region: Region) -> Operation:
@@ -202,10 +202,10 @@ class Lowerer(Builder):
             self.env[t] = self.unflatten(t.type, merged[start:end], self.roots_of(t))
             start = end
 
-    def header_phis(self, targets: Sequence[Value], inits: list[Any], pre: int) -> list[list[int]]:
+    def header_phis(self, targets: Sequence[Value], inits: list[Any], pre: int) -> list[list[list[int]]]:
         """Loop-header phis for `targets`, fed from `pre` with `inits`; returns the
         phi instructions (per target) for the back edge to complete."""
-        insts_per = []
+        insts_per: list[list[list[int]]] = []
         for t, init in zip(targets, inits):
             roots = self.roots_of(t)
             ids = []
@@ -754,8 +754,8 @@ def _f64_to_f32_odd(lo: Lowerer, x: int) -> int:
     back = lo.val(Op.FConvert, lo.m.float(64), r)
     u = lo.bitcast(lo.u32_t, r)
     # |r| > |x|: step one ulp toward zero (the pattern's magnitude minus one).
-    away = lo.cmp(Op.FOrdGreaterThan, lo.fw.ext(lo.typeof(back), fm.GLSL.FAbs, back),
-                  lo.fw.ext(lo.typeof(x), fm.GLSL.FAbs, x))
+    away = lo.cmp(Op.FOrdGreaterThan, lo.fw.ext(lo.typeof(back), GLSL.FAbs, back),
+                  lo.fw.ext(lo.typeof(x), GLSL.FAbs, x))
     u = lo.select(away, lo.bin(Op.ISub, u, lo.u32(1)), u)
     inexact = lo.cmp(Op.FOrdNotEqual, back, x)
     u = lo.select(inexact, lo.bin(Op.BitwiseOr, u, lo.u32(1)), u)
@@ -969,7 +969,12 @@ def _view_store(lo: Lowerer, op: Operation) -> None:
     view: ViewValue = lo.get(op.operand("view"))
     elem = shaped(op.operand("view").type).elem
     e = lo.element(view, lo.indices(op))
-    lo.on_roots(view.roots, view.sel, lambda root: lo.store(root, elem, e, x) or [])
+
+    def store(root: Root) -> list[int]:
+        lo.store(root, elem, e, x)
+        return []  # a store has no result
+
+    lo.on_roots(view.roots, view.sel, store)
 
 
 @lowers("view.atomic.rmw")

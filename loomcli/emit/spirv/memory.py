@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.emit.spirv.builder import NATURAL_STORAGE
-from loomcli.ir.core import Module, Operation, Value
+from loomcli.ir.core import Module, Operation, Region, Value
 from loomcli.ir.ops import FUNCTION, SCF_YIELD, VIEW_ATOMIC_RMW, OpTable
 from loomcli.ir.types import BUFFER, ELEMENT_BYTES, ScalarType, Type, is_float, is_view
 
@@ -131,7 +131,7 @@ class RootAnalysis:
 
     # ------------------------------------------------------------ the walk
 
-    def _walk(self, region, env: dict[Value, Roots]) -> None:
+    def _walk(self, region: Region, env: dict[Value, Roots]) -> None:
         for op in region.ops:
             handler = _HANDLERS.get(op.name)
             if handler is not None:

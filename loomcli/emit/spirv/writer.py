@@ -42,10 +42,17 @@ def float_words(bits: int, x: float) -> list[int]:
     return [lo, hi]
 
 
+# Annotations inside ModuleWriter name these: its methods `int`, `float` and
+# `bool` (the SPIR-V types) shadow the builtins there.
+Word = int      # a SPIR-V word: a result id, an opcode or a literal operand
+Flag = bool
+Real = float
+
+
 class ModuleWriter:
     """Global state of one SPIR-V module being written."""
 
-    def __init__(self, version: tuple[int, int]) -> None:
+    def __init__(self, version: tuple[Word, Word]) -> None:
         self.version = version
         self.bound = 1
         self.capabilities: set[int] = {Cap.Shader}
@@ -62,31 +69,31 @@ class ModuleWriter:
 
     # ------------------------------------------------------------ ids and sections
 
-    def new_id(self) -> int:
+    def new_id(self) -> Word:
         i = self.bound
         self.bound += 1
         return i
 
-    def capability(self, *caps: int) -> None:
+    def capability(self, *caps: Word) -> None:
         self.capabilities.update(caps)
 
     def extension(self, name: str) -> None:
         self.extensions.add(name)
 
-    def decorate(self, target: int, decoration: int, *operands: int) -> None:
+    def decorate(self, target: Word, decoration: Word, *operands: Word) -> None:
         self.annotations.append([Op.Decorate, target, decoration, *operands])
 
-    def member_decorate(self, struct_id: int, member: int, decoration: int, *operands: int) -> None:
+    def member_decorate(self, struct_id: Word, member: Word, decoration: Word, *operands: Word) -> None:
         self.annotations.append([Op.MemberDecorate, struct_id, member, decoration, *operands])
 
     @property
-    def glsl(self) -> int:
+    def glsl(self) -> Word:
         """The GLSL.std.450 import, created on first use."""
         if not self._glsl:
             self._glsl = self.new_id()
         return self._glsl
 
-    def _intern(self, key: tuple[object, ...], opcode: int, operands: Iterable[int]) -> int:
+    def _intern(self, key: tuple[object, ...], opcode: Word, operands: Iterable[Word]) -> Word:
         found = self._interned.get(key)
         if found is not None:
             return found
@@ -101,13 +108,13 @@ class ModuleWriter:
 
     # ------------------------------------------------------------ types
 
-    def void(self) -> int:
+    def void(self) -> Word:
         return self._intern(("void",), Op.TypeVoid, ())
 
-    def bool(self) -> int:
+    def bool(self) -> Word:
         return self._intern(("bool",), Op.TypeBool, ())
 
-    def int(self, bits: int) -> int:
+    def int(self, bits: Word) -> Word:
         """An integer type (all integers are declared unsigned; ops pick signedness).
         Declaring 64-bit integers needs Int64; 8/16-bit capabilities are the
         caller's business, since storage-only uses need only the storage ones."""
@@ -115,26 +122,26 @@ class ModuleWriter:
             self.capability(Cap.Int64)
         return self._intern(("int", bits), Op.TypeInt, (bits, 0))
 
-    def float(self, bits: int) -> int:
+    def float(self, bits: Word) -> Word:
         if bits == 64:
             self.capability(Cap.Float64)
         return self._intern(("float", bits), Op.TypeFloat, (bits,))
 
-    def vector(self, elem: int, n: int) -> int:
+    def vector(self, elem: Word, n: Word) -> Word:
         return self._intern(("vector", elem, n), Op.TypeVector, (elem, n))
 
-    def array(self, elem: int, n: int) -> int:
+    def array(self, elem: Word, n: Word) -> Word:
         length = self.u32(n)
         return self._intern(("array", elem, n), Op.TypeArray, (elem, length))
 
-    def runtime_array(self, elem: int, stride: int) -> int:
+    def runtime_array(self, elem: Word, stride: Word) -> Word:
         key = ("rtarray", elem)
         if key not in self._interned:
             i = self._intern(key, Op.TypeRuntimeArray, (elem,))
             self.decorate(i, Dec.ArrayStride, stride)
         return self._interned[key]
 
-    def block_struct(self, members: tuple[int, ...], offsets: tuple[int, ...]) -> int:
+    def block_struct(self, members: tuple[Word, ...], offsets: tuple[Word, ...]) -> Word:
         """A `Block`-decorated struct with explicit member offsets."""
         key = ("block", members, offsets)
         if key not in self._interned:
@@ -144,18 +151,18 @@ class ModuleWriter:
                 self.member_decorate(i, k, Dec.Offset, off)
         return self._interned[key]
 
-    def struct(self, members: tuple[int, ...]) -> int:
+    def struct(self, members: tuple[Word, ...]) -> Word:
         return self._intern(("struct", members), Op.TypeStruct, members)
 
-    def pointer(self, storage: int, pointee: int) -> int:
+    def pointer(self, storage: Word, pointee: Word) -> Word:
         return self._intern(("ptr", storage, pointee), Op.TypePointer, (storage, pointee))
 
-    def function_type(self, ret: int, params: tuple[int, ...]) -> int:
+    def function_type(self, ret: Word, params: tuple[Word, ...]) -> Word:
         return self._intern(("fn", ret, params), Op.TypeFunction, (ret, *params))
 
     # ------------------------------------------------------------ constants
 
-    def constant(self, type_id: int, words: tuple[int, ...], value: object) -> int:
+    def constant(self, type_id: Word, words: tuple[Word, ...], value: object) -> Word:
         key = ("const", type_id, words)
         found = self._interned.get(key)
         if found is None:
@@ -166,20 +173,20 @@ class ModuleWriter:
             self.constants[found] = value
         return found
 
-    def u32(self, v: int) -> int:
+    def u32(self, v: Word) -> Word:
         v &= 0xFFFFFFFF
         return self.constant(self.int(32), (v,), v)
 
-    def uint(self, bits: int, v: int) -> int:
+    def uint(self, bits: Word, v: Word) -> Word:
         v &= (1 << bits) - 1
         t = self.int(bits)
         words = (v & 0xFFFFFFFF, v >> 32) if bits == 64 else (v,)
         return self.constant(t, words, v)
 
-    def fconst(self, bits: int, x: float) -> int:
+    def fconst(self, bits: Word, x: Real) -> Word:
         return self.constant(self.float(bits), tuple(float_words(bits, x)), x)
 
-    def bool_const(self, b: bool) -> int:
+    def bool_const(self, b: Flag) -> Word:
         key = ("bool", bool(b))
         if key not in self._interned:
             t = self.bool()
@@ -190,7 +197,7 @@ class ModuleWriter:
             self.constants[i] = bool(b)
         return self._interned[key]
 
-    def constant_composite(self, type_id: int, parts: tuple[int, ...]) -> int:
+    def constant_composite(self, type_id: Word, parts: tuple[Word, ...]) -> Word:
         key = ("composite", type_id, parts)
         if key not in self._interned:
             i = self.new_id()
@@ -199,13 +206,13 @@ class ModuleWriter:
             self.type_of[i] = type_id
         return self._interned[key]
 
-    def value_of(self, i: int) -> object | None:
+    def value_of(self, i: Word) -> object | None:
         """The Python value of a constant id, else None."""
         return self.constants.get(i)
 
     # ------------------------------------------------------------ variables
 
-    def variable(self, storage: int, pointee: int) -> int:
+    def variable(self, storage: Word, pointee: Word) -> Word:
         """A new global variable (never interned: each call is a distinct object)."""
         ptr = self.pointer(storage, pointee)
         i = self.new_id()
@@ -213,7 +220,7 @@ class ModuleWriter:
         self.type_of[i] = ptr
         return i
 
-    def interned_variable(self, key: tuple[object, ...], storage: int, pointee: int) -> tuple[int, bool]:
+    def interned_variable(self, key: tuple[object, ...], storage: Word, pointee: Word) -> tuple[Word, Flag]:
         """A global variable shared by every user of `key`; (id, created now)."""
         full = ("var", *key)
         if full in self._interned:
@@ -257,7 +264,7 @@ class ModuleWriter:
         return out.tobytes() if struct.pack("=I", 1) == struct.pack("<I", 1) else _swapped(out)
 
 
-def _swapped(words: array) -> bytes:  # pragma: no cover - big-endian hosts only
+def _swapped(words: array[int]) -> bytes:  # pragma: no cover - big-endian hosts only
     words = array("I", words)
     words.byteswap()
     return words.tobytes()
