@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from loomcli.diagnostics import CompileError, Diagnostic, has_errors
 from loomcli.ir.core import Module, Operation
 from loomcli.ir.gcpause import gc_paused
+from loomcli.ir.ops import CHECK_BENCHMARK, CHECK_CASE
 from loomcli.link.config import BindingCollector
 from loomcli.link.index import LinkIndex
 from loomcli.link.linker import LinkResult, link
@@ -109,7 +110,7 @@ def _link_and_bind(options: LinkOptions, path: str) -> Linked:
     diags = bind(result.module, bindings, options.require_resolved_config, result.origins)
     if options.strip_checks:
         result.module.body.ops[:] = [op for op in result.module.ops
-                                     if op.name not in ("check.case", "check.benchmark")]
+                                     if op.opdef not in (CHECK_CASE, CHECK_BENCHMARK)]
     verify_linked(result.module)
     files = [item.path for item in index.inputs] + list(options.config_files)
     return Linked(result, bindings, index, diags, files)

@@ -95,6 +95,7 @@ def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: 
                  printer: DiagnosticPrinter, quiet: bool) -> Launch:
     from loomcli.emit.launch_config import launch_module
     from loomcli.frontend import is_bytecode, load_bytes
+    from loomcli.ir.ops import KERNEL_DECL, KERNEL_DEF
     from loomcli.launch.program import COMMAND_LINE, LaunchProgram, entry_name
     from loomcli.service.front import CompileOptions, compile_module
     from loomcli.targets.profiles import parse_target
@@ -105,7 +106,7 @@ def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: 
         printer.remember(shown, data.decode("utf-8", "replace"))
     source = load_bytes(data, shown)
     found = source.symbols().get(symbol)
-    if found is None or found.name not in ("kernel.def", "kernel.decl"):
+    if found is None or found.opdef not in (KERNEL_DEF, KERNEL_DECL):
         raise CompileError([Diagnostic.make("LAUNCH_CONFIG/001", COMMAND_LINE, (0, 0), name="@" + symbol)])
     compiled = compile_module(CompileOptions(input=input_path, libraries=libraries, roots=["@" + symbol],
                                              config=config_pairs, config_files=config_files, profile=profile,
@@ -114,7 +115,7 @@ def _from_source(input_path: str, data: bytes, shown: str, name: str, workload: 
         printer.emit(compiled.warnings)
     module = launch_module(compiled.module, profile)
     kernel = module.symbols().get(symbol)
-    if kernel is None or kernel.name != "kernel.def":
+    if kernel is None or kernel.opdef is not KERNEL_DEF:
         raise CompileError([Diagnostic.make("LAUNCH_CONFIG/001", COMMAND_LINE, (0, 0), name="@" + symbol)])
     program = LaunchProgram(module, shown)
     return program.invoke(program.lookup(entry_name(kernel)), workload)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from loomcli.ir.builder import legalize_names
 from loomcli.ir.core import Module, Operation, OpResult, Value
 from loomcli.ir.ops import COMMUTATIVE as COMMUTATIVE_TRAIT
-from loomcli.ir.ops import KERNEL_DISPATCH, SCF_FOR, OpTable, ops_with
+from loomcli.ir.ops import INDEX_DIV, INDEX_REM, KERNEL_DISPATCH, SCALAR_DIVSI, SCALAR_REMSI, SCF_FOR, OpTable, ops_with
 from loomcli.ir.types import I1, INDEX, OFFSET, ScalarType
 from loomcli.passes.registry import ModulePass, PassContext, option
 from loomcli.passes.rewrite import Pattern, Rewriter, apply_patterns
@@ -234,7 +234,7 @@ def mul_identity(op: Operation) -> list[Value | Lit] | None:
 def div_one(op: Operation) -> list[Value | Lit] | None:
     """x / 1 -> x (signed forms: the constant's signed reading is 1)."""
     c = op.operand("rhs")
-    one = _is_signed_one(c) if op.opdef.name in ("scalar.divsi", "index.div") else _is_int(c, 1)
+    one = _is_signed_one(c) if op.opdef in (SCALAR_DIVSI, INDEX_DIV) else _is_int(c, 1)
     return [op.operand("lhs")] if one else None
 
 
@@ -243,7 +243,7 @@ def div_one(op: Operation) -> list[Value | Lit] | None:
 def rem_one(op: Operation) -> list[Value | Lit] | None:
     """x rem 1 -> 0."""
     c = op.operand("rhs")
-    one = _is_signed_one(c) if op.opdef.name in ("scalar.remsi", "index.rem") else _is_int(c, 1)
+    one = _is_signed_one(c) if op.opdef in (SCALAR_REMSI, INDEX_REM) else _is_int(c, 1)
     return [_lit(op, 0)] if one else None
 
 

@@ -21,20 +21,32 @@ from typing import Any
 
 from loomcli.ir.attrs import SymbolRef
 from loomcli.ir.core import Module, Operation
-from loomcli.ir.ops import KERNEL_DEF, MODULE_IMPORT, PURE, SYMBOL, TEMPLATE_APPLY, TEMPLATE_DEF, TERMINATOR
+from loomcli.ir.ops import (
+    CHECK_BENCHMARK,
+    CHECK_CASE,
+    KERNEL_DEF,
+    MODULE_IMPORT,
+    PURE,
+    SCF_FOR,
+    SCF_IF,
+    SYMBOL,
+    TEMPLATE_APPLY,
+    TEMPLATE_DEF,
+    TERMINATOR,
+)
 from loomcli.passes.registry import ModulePass, PassContext
 from loomcli.passes.rewrite import Rewriter
 
 # ---------------------------------------------------------------- dce
 
-_EFFECT_FREE_REGION_OPS = ("scf.if", "scf.for")
+_EFFECT_FREE_REGION_OPS = (SCF_IF, SCF_FOR)
 
 
 def has_no_effect(op: Operation) -> bool:
     """Removing `op` (when its results are unused) changes nothing observable."""
     if op.opdef.has(PURE) and not op.regions:
         return True
-    if op.opdef.name in _EFFECT_FREE_REGION_OPS:
+    if op.opdef in _EFFECT_FREE_REGION_OPS:
         return all(inner.opdef.has(TERMINATOR) or has_no_effect(inner)
                    for region in op.regions for inner in region.ops)
     return False
@@ -87,9 +99,8 @@ _SYMBOL_ATTRS = ("callee", "ref", "family", "case", "target")
 
 
 def is_root(op: Operation) -> bool:
-    name = op.opdef.name
     return bool(op.attr_or("public") or op.attr_or("retain") or (op.opdef is KERNEL_DEF and op.has_attr("export"))
-                or name in ("check.case", "check.benchmark"))
+                or op.opdef in (CHECK_CASE, CHECK_BENCHMARK))
 
 
 def _symbol_refs(value: Any) -> Iterator[str]:
