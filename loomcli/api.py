@@ -17,11 +17,16 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.errors import LoomError, UsageError
 from loomcli.launch.program import Launch  # the evaluator's own result: immutable, str() = the launch-eval line
+
+if TYPE_CHECKING:
+    from loomcli.frontier.product import Request as KernelRequest
+    from loomcli.launch.program import LaunchFunction
+    from loomcli.link.index import LinkInput
 
 __all__ = [
     "Artifact", "CommandResult", "Compiler", "Diagnostic", "Launch", "LaunchProgram", "LinkIndex", "LoomError",
@@ -76,7 +81,7 @@ class LinkIndex:
     it (the linker copies what it takes)."""
 
     sources: tuple[Source, ...]
-    _inputs: tuple[Any, ...] = field(repr=False, compare=False)              # loomcli.link.index.LinkInput
+    _inputs: tuple[LinkInput, ...] = field(repr=False, compare=False)
     _diagnostics: tuple[Diagnostic, ...] = field(repr=False, compare=False)  # why a source did not load
 
     def __init__(self, sources: Iterable[Source]) -> None:
@@ -96,8 +101,8 @@ class LinkIndex:
         object.__setattr__(self, "_inputs", tuple(inputs))
         object.__setattr__(self, "_diagnostics", tuple(diagnostics))
 
-    def inputs(self) -> tuple[Any, ...]:
-        """The indexed libraries (`loomcli.link.index.LinkInput`); CompileError if a source did not load."""
+    def inputs(self) -> tuple[LinkInput, ...]:
+        """The indexed libraries; CompileError if a source did not load."""
         if self._diagnostics:
             raise CompileError(list(self._diagnostics))
         return self._inputs
@@ -443,13 +448,13 @@ class LaunchProgram:
         except CompileError as e:
             raise UsageError("; ".join(str(d) for d in e.diagnostics)) from None
 
-    def lookup(self, export: str) -> Any:
+    def lookup(self, export: str) -> LaunchFunction:
         try:
             return self._program.lookup(export)
         except CompileError as e:
             raise UsageError("; ".join(str(d) for d in e.diagnostics)) from None
 
-    def invoke(self, fn: Any, workload: Sequence[Any]) -> Launch:
+    def invoke(self, fn: LaunchFunction, workload: Sequence[Any]) -> Launch:
         """The launch of `fn` for `workload`; a workload the contract rejects raises UsageError."""
         try:
             return self._program.invoke(fn, list(workload))
@@ -498,7 +503,7 @@ class CommandResult:
                 f"external={kinds.count(True)}")
 
 
-def _request(r: Any) -> Request:
+def _request(r: KernelRequest) -> Request:
     return Request(r.data, tuple(r.roots), tuple((b.requirement, b.root) for b in r.bindings), r.key,
                    r.route.removeprefix("loom."), r.name)
 
@@ -522,7 +527,7 @@ def build_command_product(source: Source, *, roots: Sequence[str] = (), librarie
     text = _target_text(target)
 
     class Sink:
-        def publish(self, request: Any) -> None:
+        def publish(self, request: KernelRequest) -> None:
             if request_sink is not None:
                 request_sink(_request(request))
 

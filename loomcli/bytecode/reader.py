@@ -27,7 +27,7 @@ from loomcli.diagnostics import CompileError, Diagnostic
 from loomcli.ir.attrs import PREDICATE_ARITY, HashAttr, Ident, KeyParam, Pred, SymbolRef
 from loomcli.ir.core import BlockArgument, LocalName, Module, Operation, Signature, Value
 from loomcli.ir.gcpause import gc_paused
-from loomcli.ir.ops import OPS
+from loomcli.ir.ops import OPS, OpDef
 from loomcli.ir.structural import StructureError, check_comment, check_module_op
 from loomcli.ir.types import ELEMENT_TYPES, ERROR, SCALAR_TYPES, SHAPED_KINDS, ShapedType, Type
 
@@ -278,7 +278,7 @@ class _Payload:
 
     __slots__ = ("base_line", "data", "debug", "end", "nstrs", "opdefs", "strs", "types", "values")
 
-    def __init__(self, data: bytes, strs: list[str], debug: bool, opdefs: dict[int, Any], types: dict[int, Any]
+    def __init__(self, data: bytes, strs: list[str], debug: bool, opdefs: dict[int, OpDef], types: dict[int, Type]
                  ) -> None:
         self.data = data
         self.end = len(data)
@@ -839,8 +839,8 @@ def _decode(data: bytes, path: str, check: bool) -> Module:
                 check_comment(comment)
         except StructureError as bad:
             raise _Malformed(0, bad.why) from None
-        opdefs: dict[int, Any] = {}
-        types: dict[int, Any] = {}
+        opdefs: dict[int, OpDef] = {}
+        types: dict[int, Type] = {}
         body = module.body
         for e in h.entries:
             base = e.offset
