@@ -122,6 +122,7 @@ def test_loom_targets_stages_lists_each_back_end_and_its_stops(capsys: pytest.Ca
         "amdgpu: llir -> asm | obj -> hsaco; amdgpu-hsaco=hsaco llvmir-text=llir asm=asm",
         "spirv: spirv -> disasm; spirv-binary=spirv asm=disasm",
         "nvptx: llir -> ptx -> cubin; nvptx-ptx=ptx nvptx-cubin=cubin llvmir-text=llir asm=ptx",
+        "cpu: llir -> asm | obj; cpu-object=obj llvmir-text=llir asm=asm",
     ]
 
 
