@@ -42,46 +42,125 @@ def subgroup_rows(judge: Judge, test: Test, device: Device, got: Sequence[bytes]
     return y * z > 1 and x % device.subgroup_size != 0
 
 
-def _zero_constant(v: Any) -> bool:
-    """A float zero constant once lavapipe's compiler has folded: a constant,
-    a splat of one, a lane of an all-zero vector constant, the bits of an
-    integer zero, or what a loop that never runs passes on of its inits."""
-    op = getattr(v, "op", None)
-    if op is None:
-        return False
-    if op.name in ("vector.splat", "vector.extract", "scalar.bitcast"):
-        return _zero_constant(op.operands[0])
-    if op.name == "scf.while":
-        init = _never_iterates(op, v.index)
-        return init is not None and _zero_constant(init)
-    if op.name not in ("scalar.constant", "vector.constant"):
-        return False
-    value = op.attr("value")
-    values = value if isinstance(value, list) else [value]
-    return all(x == 0 and not isinstance(x, bool) for x in values)
+class CompileTimeValues:
+    """The values a folding shader compiler knows while it compiles: constants
+    and what folds from them, integer self-comparisons (`x uge x`), `x xor x`
+    and `x - x`, `and` with a false operand, a select or `scf.if` on a known
+    condition, and loops whose trip count and carried values fold (it
+    unrolls them), whatever else the loop carries. `of(v)` is v's value, or
+    NOT_CONSTANT when the compiler cannot know it."""
 
+    LOOP_LIMIT = 1024          # iterations simulated before a loop counts as unknown
 
-def _never_true(v: Any) -> bool:
-    """A condition NIR folds to false: `x one x`, `x olt x`, `x ogt x`, or an `andi` with one."""
-    op = getattr(v, "op", None)
-    if op is None:
-        return False
-    if op.name == "scalar.cmpf":
-        return op.attr("predicate") in ("one", "olt", "ogt") and op.operands[0] is op.operands[1]
-    return op.name == "scalar.andi" and any(_never_true(x) for x in op.operands)
+    def __init__(self) -> None:
+        self.memo: dict[Any, Any] = {}
 
+    def of(self, v: Any, env: dict[Any, Any] | None = None) -> Any:
+        from loomcli.ir.core import OpResult
+        from loomcli.semantics.fold import NOT_CONSTANT
 
-def _never_iterates(loop: Any, k: int) -> Any:
-    """The init a `scf.while` passes on as its result `k` when its first
-    condition is never true (the loop is dead to a folding compiler), else None."""
-    before = loop.region("before")
-    cond = before.terminator
-    if cond is None or not _never_true(cond.operands[0]):
+        if env is not None and v in env:
+            return env[v]
+        if not isinstance(v, OpResult):
+            return NOT_CONSTANT          # a kernel argument or an unsimulated block argument
+        if env is None and v in self.memo:
+            return self.memo[v]
+        value = self.results(v.op, env)[v.index]
+        if env is None:
+            self.memo[v] = value
+        return value
+
+    def results(self, op: Any, env: dict[Any, Any] | None) -> list[Any]:
+        from loomcli.ir.ops import CONVERGENT, COORDINATE, MEMORY
+        from loomcli.semantics.fold import NOT_CONSTANT, EvaluationError, constant_of, fold_op
+
+        unknown = [NOT_CONSTANT] * len(op.results)
+        name = op.name
+        if name in ("scalar.constant", "index.constant"):
+            return [constant_of(op.results[0])]
+        if name == "scf.while":
+            return self.run_while(op, env) or unknown
+        if name == "scf.for":
+            return self.run_for(op, env) or unknown
+        if name == "scf.if":
+            cond = self.of(op.operands[0], env)
+            if cond is NOT_CONSTANT:
+                return unknown
+            return self.run(op.regions[0 if cond else 1], [], env) or unknown
+        if op.regions or any(op.opdef.has(t) for t in (MEMORY, COORDINATE, CONVERGENT)):
+            return unknown
+        if len(op.operands) == 2 and op.operands[0] is op.operands[1]:
+            if name in ("scalar.cmpi", "index.cmp"):
+                return [op.attr("predicate") in ("eq", "sle", "sge", "ule", "uge")]
+            if name == "scalar.cmpf" and op.attr("predicate") in ("one", "olt", "ogt", "ueq", "ule", "uge"):
+                return [op.attr("predicate").startswith("u")]      # whatever x is, NaN included
+            if name in ("scalar.xori", "scalar.subi", "index.sub"):
+                return [0]
+        args = [self.of(x, env) for x in op.operands]
+        if name == "scalar.andi" and any(a is not NOT_CONSTANT and a in (0, False) for a in args):
+            return [False if op.results[0].type.name == "i1" else 0]
+        if name == "scf.select" and args[0] is not NOT_CONSTANT:
+            return [args[1 if args[0] else 2]]
+        if NOT_CONSTANT in args:
+            return unknown
+        try:
+            folded = fold_op(op, args)
+        except EvaluationError:
+            return unknown
+        return folded if folded is not None else unknown
+
+    def run(self, region: Any, args: list[Any], env: dict[Any, Any] | None) -> list[Any] | None:
+        """The terminator's operands after `region` runs on `args`, or None
+        when its ops cannot all be stepped through."""
+        inner = dict(env or {})
+        inner.update(zip(region.args, args))
+        for op in region.ops:
+            if op is region.terminator:
+                return [self.of(x, inner) for x in op.operands]
+            inner.update(zip(op.results, self.results(op, inner)))
         return None
-    passed = cond.operands[1 + k]
-    if passed in before.args:
-        return loop.operands[before.args.index(passed)]
-    return None
+
+    def run_while(self, op: Any, env: dict[Any, Any] | None) -> list[Any] | None:
+        from loomcli.semantics.fold import NOT_CONSTANT
+
+        values = [self.of(x, env) for x in op.operands]
+        for _ in range(self.LOOP_LIMIT):
+            passed = self.run(op.region("before"), values, env)
+            if passed is None or passed[0] is NOT_CONSTANT:
+                return None
+            if not passed[0]:
+                return passed[1:]
+            values = self.run(op.region("after"), passed[1:], env)
+            if values is None:
+                return None
+        return None
+
+    def run_for(self, op: Any, env: dict[Any, Any] | None) -> list[Any] | None:
+        from loomcli.semantics.fold import NOT_CONSTANT
+
+        lo, hi, step = (self.of(op.operand(n), env) for n in ("lower", "upper", "step"))
+        if NOT_CONSTANT in (lo, hi, step) or step <= 0 or (hi - lo) // step > self.LOOP_LIMIT:
+            return None
+        values = [self.of(x, env) for x in op.operand_group("inits")]
+        for i in range(lo, hi, step):
+            values = self.run(op.region("body"), [i, *values], env)
+            if values is None:
+                return None
+        return values
+
+
+def _zero_constant(v: Any, known: CompileTimeValues) -> bool:
+    """A float zero lavapipe's compiler knows: what `known` folds to zero, a
+    splat of one, a lane of an all-zero vector constant."""
+    from loomcli.semantics.fold import NOT_CONSTANT
+
+    op = getattr(v, "op", None)
+    if op is not None and op.name in ("vector.splat", "vector.extract"):
+        return _zero_constant(op.operands[0], known)
+    if op is not None and op.name == "vector.constant":
+        return all(x == 0 and not isinstance(x, bool) for x in op.attr("value"))
+    value = known.of(v)
+    return value is not NOT_CONSTANT and value == 0 and not isinstance(value, bool)
 
 
 def fold_constant_zero(module: Module) -> int:
@@ -89,12 +168,13 @@ def fold_constant_zero(module: Module) -> int:
     operand, and every divf whose dividend is a constant (+-)0.0, becomes +0.0."""
     from loomcli.ir.builder import create, substitute
 
+    known = CompileTimeValues()
     n = 0
     for op in list(module.walk()):
         if op.name in ("scalar.mulf", "vector.mulf"):
-            zero = any(_zero_constant(v) for v in op.operands)
+            zero = any(_zero_constant(v, known) for v in op.operands)
         elif op.name == "scalar.divf":
-            zero = _zero_constant(op.operands[0])
+            zero = _zero_constant(op.operands[0], known)
         else:
             continue
         if zero:
@@ -144,7 +224,9 @@ def constant_zero(judge: Judge, test: Test, device: Device, got: Sequence[bytes]
     SignedZeroInfNanPreserve (mulf_by_zero.loom, divf_zero_dividend.loom;
     docs/spirv.md lists it as driver-dependent). A zero is constant to
     lavapipe after its own folding too: a splat of a zero constant, a lane
-    of a zero vector. Confirmed per test: the interpreter runs the module
+    of a zero vector, what a loop that never runs passes on
+    (dead_loop_zero.loom) or one it unrolls computes (counted_loop_zero.loom):
+    `CompileTimeValues` models that folding. Confirmed per test: the interpreter runs the module
     compiled for Vulkan (for a command program, its launches as a check
     case, as the reference does) with each of those made +0.0, and must
     then return every byte the device did."""
