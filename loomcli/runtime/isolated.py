@@ -28,6 +28,7 @@ process instead of starting a grandchild, so LLVM stays warm in the worker.
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -339,6 +340,11 @@ def prepare_child(preload: Sequence[str], bound_to_parent: bool = False) -> Bina
         warm = getattr(module, "warm", None)
         if warm is not None:
             warm()
+    # What warming built lives as long as the worker (and, in a fork server,
+    # every worker forked from it): the collector need never scan it again,
+    # nor write to (and so copy) the pages a forked worker shares.
+    gc.collect()
+    gc.freeze()
     return replies
 
 
