@@ -22,7 +22,7 @@ DEVICES = ["interpreter", "cpu", pytest.param("vulkan", marks=pytest.mark.skipif
 
 # Files whose every case must pass on every device.
 RUNNABLE = ["config_in_predicate.loom", "minnum_signaling_nan.loom", "nan_bitcasts.loom", "pow_overflow_sign.loom",
-            "reduce_negative_zero.loom", "sign_ops_nan_payload.loom"]
+            "reduce_negative_zero.loom", "shared_lane_index.loom", "sign_ops_nan_payload.loom"]
 
 
 def loom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -38,6 +38,16 @@ def test_runnable_files_pass(name: str, device: str) -> None:
     r = loom("test", "--device", device, str(DATA / name))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FAIL" not in r.stdout and "internal" not in r.stderr
+
+
+@pytest.mark.parametrize("target,suffix", [("amdgpu:gfx1100", "hsaco"), ("nvptx:sm_90", "ptx")])
+def test_shared_dynamic_lane_compiles_for_the_gpu_llvm_targets(target: str, suffix: str, tmp_path: Path) -> None:
+    """LLVM aborted in VectorCombine on this kernel for every LLVM target
+    (the cpu device runs it in test_runnable_files_pass)."""
+    out = tmp_path / f"k.{suffix}"
+    r = loom("compile", str(DATA / "shared_lane_index.loom"), "--target", target, "-o", str(out))
+    assert r.returncode == 0 and "internal" not in r.stderr, r.stderr
+    assert out.stat().st_size > 0
 
 
 UNBOUND = str(DATA / "unbound_config_selects.loom")

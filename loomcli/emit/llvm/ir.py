@@ -584,6 +584,9 @@ class FunctionBuilder:
             return v
         return self._def(t, f"{op} {v} to {t}", hint)
 
+    def freeze(self, v: Value, hint: str = "t") -> Value:
+        return self._def(v.type, f"freeze {v}", hint)
+
     def select(self, cond: Value, a: Value, b: Value, hint: str = "t") -> Value:
         if a == b:
             return a

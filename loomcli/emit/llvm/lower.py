@@ -1205,9 +1205,13 @@ def _splat(fl: FunctionLowering, op: Operation) -> None:
 
 
 def _lane_index(fl: FunctionLowering, k: ll.Value) -> ll.Value:
-    """A lane index: a literal as i64, else the index value."""
+    """A lane index: a literal as i64, else the index value, frozen. A Loom
+    lane index is never poison, and saying so keeps LLVM's VectorCombine off
+    a path that aborts (llvm/llvm-project#213423, LLVM 22): scalarizing a
+    vector load whose extracts share an index it must freeze itself
+    (tests/regressions/shared_lane_index.loom, found by the differential fuzzer)."""
     n = ll.int_value(k)
-    return k if n is None else ll.literal(ll.I64, n)
+    return fl.b.freeze(k, "lane") if n is None else ll.literal(ll.I64, n)
 
 
 @handles("vector.extract")
