@@ -89,6 +89,43 @@ def rerun_sets(before: dict[str, int], after: dict[str, int]) -> set[str]:
     return ran
 
 
+def test_one_source_for_one_target_is_its_sets_only_command(tmp_path: Path) -> None:
+    """A one-source set checks its source once for all its targets; with one target that check
+    would only double the loom commands, so its compile is the set's only one, and it still reports
+    a source error once and writes nothing."""
+    source = tmp_path / "src"
+    source.mkdir()
+    shutil.copy(ROOT / "samples" / "saxpy.loom", source / "saxpy.loom")
+    (source / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(one NONE)\nfind_package(Loom REQUIRED)\n"
+        "loom_add_kernels(one SOURCES saxpy.loom TARGETS spirv:vulkan1.3)\n"
+        "loom_add_kernels(two SOURCES saxpy.loom TARGETS spirv:vulkan1.3 amdgpu:gfx1100)\n")
+    build, traces = tmp_path / "build", tmp_path / "traces"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LOOM_CACHE_DIR=str(tmp_path / "cache"), LOOM_TRACE_DIR=str(traces))
+    run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", f"-DLoom_DIR={loom_dir()}",
+         "-DLOOM_USE_SERVER=OFF"], tmp_path, env)
+
+    def loom_commands(target: str) -> list[str]:
+        listed = run(["ninja", "-t", "commands", target], build, env).stdout.splitlines()
+        return [c for c in listed if " compile " in c]
+
+    [only] = loom_commands("one")
+    assert "--require-resolved-config" in only and ".checked.loombc" not in only
+    assert len(loom_commands("two")) == 3  # the check, then one compile per target
+    run(["ninja", "one"], build, env)
+    assert len(list(traces.glob("loom-*.trace.json"))) == 1
+    assert (build / "one.spirv-vulkan1.3.spv").stat().st_size > 0
+
+    saxpy = source / "saxpy.loom"
+    saxpy.write_text(saxpy.read_text().replace("index.constant 1 ", "index.constnt 1 ", 1))
+    (build / "one.spirv-vulkan1.3.spv").unlink()
+    r = subprocess.run(["ninja", "one"], cwd=build, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert (r.stdout + r.stderr).count("error [PARSE/006]") == 1, r.stdout + r.stderr
+    assert not (build / "one.spirv-vulkan1.3.spv").exists()
+
+
 @pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
 def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> None:
     source = tmp_path / "src"

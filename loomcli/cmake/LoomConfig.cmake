@@ -187,7 +187,14 @@ function(loom_add_kernels name)
   list(TRANSFORM lib_files PREPEND "--library=")
 
   list(LENGTH sources count)
-  if(count EQUAL 1)
+  list(LENGTH ARG_TARGETS target_count)
+  if(count EQUAL 1 AND target_count EQUAL 1)
+    # One source for one target: its compile is the only command, and it reports the source's
+    # errors once (and, as the check below would, refuses unresolved CONFIG).
+    set(module "${sources}")
+    set(module_depends "${sources}" ${lib_depends})
+    list(APPEND options --require-resolved-config)
+  elseif(count EQUAL 1)
     # The front end (read, verify, link, bind) runs once here, for every target: an error of
     # the source is reported once, not once per target, and no per-target command runs.
     # The per-target commands then compile the source itself, so that their diagnostics
