@@ -136,7 +136,8 @@ def loom_test(path: Path, device: str) -> subprocess.CompletedProcess[str]:
 
 @needs_vulkan
 @pytest.mark.parametrize("name", ["subgroup_rows.loom", "mulf_by_zero.loom", "divf_zero_dividend.loom",
-                                  "dead_loop_zero.loom", "counted_loop_zero.loom"])
+                                  "dead_loop_zero.loom", "counted_loop_zero.loom",
+                                  "reduce_mulf_zero.loom"])
 def test_known_differences_still_hold(name: str) -> None:
     """Each filtered difference has a reproducer that passes on the interpreter
     and fails on this Vulkan device; when a driver fixes one, this says so."""
@@ -148,7 +149,7 @@ def test_known_differences_still_hold(name: str) -> None:
 
 @needs_vulkan
 @pytest.mark.parametrize("name", ["mulf_by_zero.loom", "divf_zero_dividend.loom", "dead_loop_zero.loom",
-                                  "counted_loop_zero.loom"])
+                                  "counted_loop_zero.loom", "reduce_mulf_zero.loom"])
 def test_constant_zero_filter_needs_the_model_to_reproduce_every_byte(name: str, tmp_path: Path) -> None:
     """The filter explains a difference only when the interpreter, with
     lavapipe's folding modelled, returns the device's bytes exactly."""

@@ -158,14 +158,16 @@ def _zero_constant(v: Any, known: CompileTimeValues) -> bool:
     if op is not None and op.name in ("vector.splat", "vector.extract"):
         return _zero_constant(op.operands[0], known)
     if op is not None and op.name == "vector.constant":
-        return all(x == 0 and not isinstance(x, bool) for x in op.attr("value"))
+        value = op.attr("value")           # a list of lanes, or one value for every lane
+        return all(x == 0 and not isinstance(x, bool) for x in (value if isinstance(value, list) else [value]))
     value = known.of(v)
     return value is not NOT_CONSTANT and value == 0 and not isinstance(value, bool)
 
 
 def fold_constant_zero(module: Module) -> int:
     """lavapipe's shortcuts, modelled: every mulf with a constant (+-)0.0
-    operand, and every divf whose dividend is a constant (+-)0.0, becomes +0.0."""
+    operand, every divf whose dividend is a constant (+-)0.0, and every
+    mulf reduction of a constant zero vector, becomes +0.0."""
     from loomcli.ir.builder import create, substitute
 
     known = CompileTimeValues()
@@ -175,10 +177,13 @@ def fold_constant_zero(module: Module) -> int:
             zero = any(_zero_constant(v, known) for v in op.operands)
         elif op.name == "scalar.divf":
             zero = _zero_constant(op.operands[0], known)
+        elif op.name == "vector.reduce" and op.attr("kind") == "mulf":
+            # init * lane 0 * lane 1 ...: with a known-zero vector, the first product is +0.0
+            zero = _zero_constant(op.operand("vector"), known)
         else:
             continue
         if zero:
-            kind = "vector.constant" if op.name.startswith("vector.") else "scalar.constant"
+            kind = "vector.constant" if op.name == "vector.mulf" else "scalar.constant"
             substitute(op, create(kind, attrs={"value": 0.0}))   # substitute gives it the results
             n += 1
     return n
@@ -225,7 +230,8 @@ def constant_zero(judge: Judge, test: Test, device: Device, got: Sequence[bytes]
     docs/spirv.md lists it as driver-dependent). A zero is constant to
     lavapipe after its own folding too: a splat of a zero constant, a lane
     of a zero vector, what a loop that never runs passes on
-    (dead_loop_zero.loom) or one it unrolls computes (counted_loop_zero.loom):
+    (dead_loop_zero.loom) or one it unrolls computes (counted_loop_zero.loom),
+    and the lanes a mulf reduction multiplies by (reduce_mulf_zero.loom):
     `CompileTimeValues` models that folding. Confirmed per test: the interpreter runs the module
     compiled for Vulkan (for a command program, its launches as a check
     case, as the reference does) with each of those made +0.0, and must
