@@ -234,7 +234,7 @@ def prepare(group: Any) -> None:
     import pkgutil
 
     import loomcli
-    from loomcli.runtime import template
+    from loomcli.runtime.isolated import warm_and_freeze
 
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
@@ -249,7 +249,7 @@ def prepare(group: Any) -> None:
             continue
         usable.append(name)
     rehearse()
-    template.prepare(usable)
+    warm_and_freeze(usable)  # the template: every child forked from it starts warm
     sys.stdout.flush()
 
 

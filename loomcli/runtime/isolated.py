@@ -335,17 +335,22 @@ def prepare_child(preload: Sequence[str], bound_to_parent: bool = False) -> Bina
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     become_worker()
+    warm_and_freeze(preload)
+    return replies
+
+
+def warm_and_freeze(preload: Sequence[str]) -> None:
+    """Import `preload` (calling each module's `warm()`), then freeze what
+    that built: it lives as long as the process (and, in a fork server or a
+    template, every process forked from it), so the collector need never scan
+    it again, nor write to (and so copy) the pages a forked child shares."""
     for name in preload:
         module = importlib.import_module(name)
         warm = getattr(module, "warm", None)
         if warm is not None:
             warm()
-    # What warming built lives as long as the worker (and, in a fork server,
-    # every worker forked from it): the collector need never scan it again,
-    # nor write to (and so copy) the pages a forked worker shares.
     gc.collect()
     gc.freeze()
-    return replies
 
 
 def die_with_parent(parent: int | None = None) -> None:

@@ -3,7 +3,7 @@ commands need, and forks a child per request to run one command line.
 
 Starting `loom` costs Python, click, llvmlite and LLVM's initialization
 before any work is done: about three times clang's whole run for one
-kernel. A template pays that once (`prepare`), then each request is a fork
+kernel. A template pays that once (`isolated.warm_and_freeze`), then each request is a fork
 (`fork_request`): the child starts with everything warm, shared copy-on-write
 with the template, and becomes the requester's process before it runs the
 ordinary command line: it takes the request's descriptors (its standard
@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import atexit
 import gc
-import importlib
 import io
 import os
 import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -84,19 +83,6 @@ class Request:
     fds: Mapping[int, int]                   # descriptor number in the child -> descriptor here
     streams: tuple[Stream | None, Stream | None, Stream | None]  # stdin, stdout, stderr; None: closed
     program: str = "loom"                    # the child's sys.argv[0]
-
-
-def prepare(preload: Sequence[str]) -> None:
-    """Import the modules every child would import (calling their `warm()`),
-    then freeze what they built, so that the collector of a child never
-    writes to (and so never copies) the template's pages."""
-    for name in preload:
-        module = importlib.import_module(name)
-        warm = getattr(module, "warm", None)
-        if warm is not None:
-            warm()
-    gc.collect()
-    gc.freeze()
 
 
 def fork_request(request: Request, run: Callable[[list[str]], Any]) -> int:
