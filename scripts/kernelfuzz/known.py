@@ -91,7 +91,9 @@ class CompileTimeValues:
             return unknown
         if len(op.operands) == 2 and op.operands[0] is op.operands[1]:
             if name in ("scalar.cmpi", "index.cmp"):
-                return [op.attr("predicate") in ("eq", "sle", "sge", "ule", "uge")]
+                from loomcli.passes.canonicalize import _SELF_COMPARE  # our own folder's x P x
+
+                return [_SELF_COMPARE[op.attr("predicate")]]
             if name == "scalar.cmpf" and op.attr("predicate") in ("one", "olt", "ogt", "ueq", "ule", "uge"):
                 return [op.attr("predicate").startswith("u")]      # whatever x is, NaN included
             if name in ("scalar.xori", "scalar.subi", "index.sub"):
