@@ -125,9 +125,7 @@ class CpuLauncher:
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
         callee = op.attr("callee")
-        entry = self.program.kernels.get(callee)
-        if entry is None:
-            raise DeviceError(f"@{callee} was not compiled for this run")
+        entry = self.program.entry(op)
         profile = self.runner.profile
         groups, size = launch_geometry(self.program, op, entry, workload, self.path,
                                        profile.max_workgroup_storage_bytes, self.runner.describe())

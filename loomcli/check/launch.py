@@ -78,6 +78,14 @@ class Program:
                                                   by_export.get(entry, {}))
         return cls(code, launches, kernels, probes or {})
 
+    def entry(self, op: Operation) -> KernelEntry:
+        """The compiled kernel a `kernel.launch` op names (DeviceError if none)."""
+        callee = op.attr("callee")
+        found = self.kernels.get(callee)
+        if found is None:
+            raise DeviceError(f"@{callee} was not compiled for this run")
+        return found
+
 
 def pack_push_constants(abi: KernelABI, values: Sequence[Any]) -> bytes:
     """The push-constant block (a cpu kernel's argument block): each scalar in
@@ -127,9 +135,7 @@ class VulkanLauncher:
 
     def launch(self, op: Operation, workload: list[Any], args: list[Any]) -> None:
         callee = op.attr("callee")
-        entry = self.program.kernels.get(callee)
-        if entry is None:
-            raise DeviceError(f"@{callee} was not compiled for this run")
+        entry = self.program.entry(op)
         groups, size = self._geometry(op, entry, workload)
         abi = entry.abi
         pipeline = self.runner.pipeline(self.program.code, abi.export, len(abi.buffers), abi.args_bytes,
