@@ -48,6 +48,10 @@ def _install():
 
     def compile_request(request):
         folder = os.environ.get("LOOM_TEST_HOOK_DIR")
+        if folder and os.environ.get("LOOM_TEST_HOOK") == "pid":  # say which process compiles
+            with open(os.path.join(folder, "pids"), "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            return inner(request)
         if folder:
             with open(os.path.join(folder, "started"), "w") as f:
                 f.write(str(os.getpid()))
@@ -210,33 +214,65 @@ CASES = {
 VARYING = re.compile(rb"in \d+\.\d+ ?m?s")  # a build's summary says how long it took
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_a_served_command_is_the_command(loom: Loom, tmp_path: Path, name: str) -> None:
-    loom.start()
+Outcome = tuple[int, bytes, bytes, dict[str, bytes]]
+
+
+def outcome(loom: Loom, root: Path, name: str, mode: str) -> Outcome:
+    """CASES[name] run in a fresh workspace under `root` (LOOM_SERVER=`mode`, "" unset):
+    its exit code, stdout, stderr and files, less what differs from run to run anyway."""
     args = CASES[name]
     stdin = (SAMPLES / "saxpy.loom").read_bytes() if "-" in args[:2] else None
-    runs = {}
-    for mode in ("", "off"):
-        shutil.rmtree(tmp_path / "ws", ignore_errors=True)
-        work = workspace(tmp_path / "ws")  # the same paths both times: depfiles and modules name them
-        before = loom.requests()
-        r = loom.run(*args, cwd=work, mode=mode or None, stdin=stdin)
-        assert loom.requests() - before == (1 if not mode else 0)
-        trace = work / "out" / "t.json"
-        if trace.exists():  # times and pids differ; what ran does not
-            doc = json.loads(trace.read_text())
-            trace.write_text(json.dumps(sorted(e["name"] for e in doc["traceEvents"])))
-        out, err = VARYING.sub(b"", r.stdout), VARYING.sub(b"", r.stderr)
-        if name.startswith("build"):  # parallel work finishes in any order, served or not
-            out = b"\n".join(sorted(re.sub(rb"^loom: \[\d+/\d+\] ", b"", line) for line in out.splitlines()))
-        runs[mode] = (r.returncode, out, err, files(work))
-    served, direct = runs[""], runs["off"]
+    shutil.rmtree(root / "ws", ignore_errors=True)
+    work = workspace(root / "ws")  # the same paths every time: depfiles and modules name them
+    before = loom.requests()
+    r = loom.run(*args, cwd=work, mode=mode or None, stdin=stdin)
+    assert loom.requests() - before == (1 if not mode else 0)
+    trace = work / "out" / "t.json"
+    if trace.exists():  # times and pids differ; what ran does not
+        doc = json.loads(trace.read_text())
+        trace.write_text(json.dumps(sorted(e["name"] for e in doc["traceEvents"])))
+    out, err = VARYING.sub(b"", r.stdout), VARYING.sub(b"", r.stderr)
+    if name.startswith("build"):  # parallel work finishes in any order, served or not
+        out = b"\n".join(sorted(re.sub(rb"^loom: \[\d+/\d+\] ", b"", line) for line in out.splitlines()))
+    return r.returncode, out, err, files(work)
+
+
+def assert_same(served: Outcome, direct: Outcome) -> None:
     assert served[0] == direct[0], (served[2], direct[2])
     assert served[1] == direct[1]
     assert served[2] == direct[2]
     assert served[3] == direct[3]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_served_command_is_the_command(loom: Loom, tmp_path: Path, name: str) -> None:
+    loom.start()
+    served = outcome(loom, tmp_path, name, "")
+    assert_same(served, outcome(loom, tmp_path, name, "off"))
     if name == "compile hsaco":
         assert served[0] == 0 and served[3]["out/k.hsaco"].startswith(b"\x7fELF")
+
+
+def test_a_warm_child_serves_each_command_as_a_fresh_process(loom: Loom, tmp_path: Path) -> None:
+    """A compile's child serves the next request (the pids the compile entry
+    point sees say so), and every command, served one after another by one
+    server, so most of them by a child that served before, is still the
+    command run in its own process."""
+    loom.start()
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    saxpy = str(SAMPLES / "saxpy.loom")
+    for ext in ("spv", "spv", "hsaco"):
+        r = loom.run("compile", saxpy, "--target", "spirv:vulkan1.3" if ext == "spv" else "amdgpu:gfx1100",
+                     "-o", str(tmp_path / f"k.{ext}"), LOOM_TEST_HOOK="pid", LOOM_TEST_HOOK_DIR=str(hook))
+        assert r.returncode == 0, r.stderr
+    assert len(set((hook / "pids").read_text().split())) == 1
+    assert loom.status()["warm_children"] == 1
+    names = sorted(CASES)
+    for name in names[1::2] + names[::2] + names:  # each after another kind than in the test above
+        assert_same(outcome(loom, tmp_path, name, ""), outcome(loom, tmp_path, name, "off"))
+        # `build` and `test` end their children; the others leave theirs warm
+        assert loom.status()["warm_children"] == (0 if CASES[name][0] in ("build", "test") else 1), name
 
 
 def test_a_terminal_stays_a_terminal(loom: Loom, tmp_path: Path) -> None:

@@ -23,8 +23,10 @@ from loomcli.driver import LoomError, UsageError
 
 # What a template imports besides every module of loom (each one missing would be imported
 # again by every request that needs it): what the commands load lazily from elsewhere
-# (difflib: click's parser builds a NoSuchOption, with close matches, for every short option).
-PRELOAD = ("tomllib", "difflib", "rich.console", "rich.live", "rich.progress", "rich.table")
+# (difflib: click's parser builds a NoSuchOption, with close matches, for every short option;
+# click._textwrap: click prints a usage error with it). A request that imports a module the
+# template lacks also ends its child, instead of leaving it warm (`template.Settled`).
+PRELOAD = ("tomllib", "difflib", "click._textwrap", "rich.console", "rich.live", "rich.progress", "rich.table")
 
 
 def _settings(given: str | None = None, keyed: bool = True) -> tuple[str, str, int]:

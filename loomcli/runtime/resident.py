@@ -37,6 +37,10 @@ from typing import Any
 from loomcli.runtime import served
 from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare
 
+# The commands whose child may serve another request after it (`template.fork_spare`):
+# each is a function of its inputs; whether one left its process as it found it is checked
+# after each run. `build` and `test` start pools, devices and threads; their children end.
+AGAIN = frozenset({"compile", "emit", "fmt", "frontier", "link", "opt"})
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
 MAX_FDS = 16
@@ -68,6 +72,9 @@ class Connection:
     fds: list[int] = field(default_factory=list)
     pid: int | None = None         # the command's child, once forked
     pidfd: int | None = None
+    worker: Spare | None = None    # the command's child, if it may serve again: its control socket
+    said: bytes = b""              # what that child has said on it so far
+    signalled: bool = False        # a signal was forwarded to the command: its child ends after it
     stopper: bool = False          # a `stop` that waits for the end
 
 
@@ -97,6 +104,11 @@ class Server:
         self.children: dict[int, Connection] = {}      # by pidfd
         self.orphans: dict[int, Orphan] = {}           # by pidfd
         self.spare: Spare | None = None               # the next request's child, forked ahead
+        self.warm: dict[int, Spare] = {}               # children that served and wait again, by pidfd
+        self.workers: dict[int, Connection] = {}       # running commands, by their child's control socket
+        # As many warm children as commands can run at once (make -j as the CPUs): each holds
+        # the template's pages it copied (about 20 MB).
+        self.most_warm = max(2, len(os.sched_getaffinity(0)))
         self.refill = False                            # fork a spare once nothing else waits
         self.stopping = False
         self.paused = False  # the listener is not polled: out of descriptors (`_accept`)
@@ -176,6 +188,7 @@ class Server:
         """Accept nothing more; the loop ends once the running commands have."""
         self.stopping = True
         self._drop_spare()
+        self._drop_warm()
         if self.listener is not None:
             self.poller.unregister(self.listener)
             self.listener.close()
@@ -190,6 +203,7 @@ class Server:
 
     def _cleanup(self) -> None:
         self._drop_spare()
+        self._drop_warm()
         if self.listener is not None:
             self.listener.close()
             try:
@@ -217,6 +231,11 @@ class Server:
             self._drop_spare()
         elif fd in self.children:
             self._ended(self.children.pop(fd))
+        elif fd in self.workers:
+            self._said(self.workers[fd])
+        elif fd in self.warm:  # a warm child died (killed by someone)
+            self.poller.unregister(fd)
+            self._end_spare(self.warm.pop(fd))
         elif fd in self.orphans:
             orphan = self.orphans.pop(fd)
             self.poller.unregister(fd)
@@ -307,13 +326,16 @@ class Server:
             request = parse_run(tokens[3:], conn.fds)
             self.last = time.monotonic()
             try:
-                conn.pid, conn.pidfd = self._start(request, tokens, conn.fds)
+                conn.worker, conn.pid, conn.pidfd = self._start(request, tokens, conn.fds)
             except OSError as e:
                 raise Refused(f"cannot fork: {e}") from None
             finally:
                 self._close_fds(conn)
             self.children[conn.pidfd] = conn
             self.poller.register(conn.pidfd, select.POLLIN)
+            if conn.worker is not None:
+                self.workers[conn.worker.control.fileno()] = conn
+                self.poller.register(conn.worker.control, select.POLLIN)
             self.requests += 1
             conn.sock.sendall(served.frame(b"A", 0))
             self._signals(conn)
@@ -321,25 +343,29 @@ class Server:
         else:
             raise Refused("unknown or untimely operation")
 
-    def _start(self, request: Request, tokens: list[bytes], fds: list[int]) -> tuple[int, int]:
-        """The child of `request`: the spare, handed the request as received, else a new fork."""
-        spare, self.spare = self.spare, None
-        if spare is not None:
+    def _start(self, request: Request, tokens: list[bytes], fds: list[int]) -> tuple[Spare | None, int, int]:
+        """The child of `request` (the one that may serve again, its pid and
+        pidfd): the child that served last, else the spare, handed the
+        request as received; else a new fork."""
+        while self.warm or self.spare is not None:
+            spare: Spare | None = self.warm.popitem()[1] if self.warm else self.spare
+            if spare is self.spare:
+                self.spare = None
+            assert spare is not None
             self.poller.unregister(spare.pidfd)
             try:
                 served.send_request(spare.control, tokens, fds)
-                spare.control.close()
-                return spare.pid, spare.pidfd
+                return spare, spare.pid, spare.pidfd
             except OSError:  # it died meanwhile
                 self._end_spare(spare)
         pid = fork_request(request, self.run)
-        return pid, os.pidfd_open(pid)
+        return None, pid, os.pidfd_open(pid)
 
     def _refill(self) -> None:
         """Fork the next request's child now, while nobody waits for it."""
         if self.spare is None and not self.stopping:
             try:
-                self.spare = fork_spare(receive, self.run)
+                self.spare = fork_spare(receive, self.run, AGAIN)
             except OSError:  # out of processes or memory: the next request forks its own
                 return
             self.poller.register(self.spare.pidfd, select.POLLIN)
@@ -349,6 +375,11 @@ class Server:
         if spare is not None:
             self.poller.unregister(spare.pidfd)
             self._end_spare(spare)
+
+    def _drop_warm(self) -> None:
+        for pidfd in list(self.warm):
+            self.poller.unregister(pidfd)
+            self._end_spare(self.warm.pop(pidfd))
 
     @staticmethod
     def _end_spare(spare: Spare) -> None:
@@ -363,16 +394,63 @@ class Server:
             kind, value = conn.data[:1], int.from_bytes(conn.data[1:served.FRAME], "little", signed=True)
             conn.data = conn.data[served.FRAME:]
             if kind == b"S" and value in FORWARDED and conn.pidfd is not None:
+                conn.signalled = True
                 _signal(conn.pidfd, value)
+
+    def _said(self, conn: Connection) -> None:
+        """The command's child said something on its control socket: `X`
+        code, the command ended with that code and the child waits for
+        another request; the end of the stream, it ends instead (its pidfd
+        then says how)."""
+        worker = conn.worker
+        assert worker is not None and conn.pidfd is not None
+        try:
+            data = worker.control.recv(served.FRAME - len(conn.said), socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        conn.said += data
+        if len(conn.said) < served.FRAME and data:
+            return
+        if conn.said[:1] != b"X" or len(conn.said) < served.FRAME:
+            self._let_go(conn)
+            _signal(worker.pidfd, signal.SIGKILL)  # it said something else: it serves nobody again
+            return
+        self._let_go(conn, close=False)
+        code = int.from_bytes(conn.said[1:], "little", signed=True)
+        self.children.pop(conn.pidfd)
+        self.poller.unregister(conn.pidfd)
+        conn.pidfd = None
+        if conn.signalled or self.stopping or len(self.warm) >= self.most_warm:
+            self._end_spare(worker)
+        else:
+            self.warm[worker.pidfd] = worker
+            self.poller.register(worker.pidfd, select.POLLIN)
+        self._reply(conn, served.frame(b"X", code))
+
+    def _let_go(self, conn: Connection, close: bool = True) -> None:
+        """Stop listening to the command's child's control socket; `close`
+        it too: the child will not serve again."""
+        worker, conn.worker = conn.worker, None
+        if worker is not None:
+            self.workers.pop(worker.control.fileno())
+            self.poller.unregister(worker.control)
+            if close:
+                worker.control.close()
 
     def _ended(self, conn: Connection) -> None:
         """The command's child has ended: its status goes to the client."""
         assert conn.pid is not None and conn.pidfd is not None
+        self._let_go(conn)
         self.poller.unregister(conn.pidfd)
         code = _reap(conn.pid)
         os.close(conn.pidfd)
         conn.pidfd = None
-        reply = served.frame(b"X", code) if code >= 0 else served.frame(b"K", -code)
+        self._reply(conn, served.frame(b"X", code) if code >= 0 else served.frame(b"K", -code))
+
+    def _reply(self, conn: Connection, reply: bytes) -> None:
+        """The command's end goes to its client."""
         try:
             conn.sock.setblocking(True)
             conn.sock.sendall(reply)
@@ -383,6 +461,7 @@ class Server:
 
     def _gone(self, conn: Connection) -> None:
         """The client went away: its command is ended (see the module docstring)."""
+        self._let_go(conn)
         if conn.pidfd is not None:
             self.children.pop(conn.pidfd, None)
             _signal(conn.pidfd, signal.SIGTERM)
@@ -396,7 +475,7 @@ class Server:
     def status(self) -> dict[str, Any]:
         return {"running": True, "pid": os.getpid(), **self.describe,
                 "uptime_s": round(time.monotonic() - self.started, 3), "requests": self.requests,
-                "socket": self.path}
+                "warm_children": len(self.warm), "socket": self.path}
 
     def _send(self, conn: Connection, document: dict[str, Any]) -> None:
         data = json.dumps(document, sort_keys=True).encode()

@@ -103,32 +103,45 @@ class Spare:
     control: socket.socket
 
 
-def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[str]], Any]) -> Spare:
+def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[str]], Any],
+               again: frozenset[str] = frozenset()) -> Spare:
     """A `Spare` that takes its request from `receive(control)` (which may
     end the process if the template lets go of it) and runs it as
     `fork_request`'s child would. It keeps no descriptor of the template's
     but its end of the control socket: it holds no lock, no client and no
-    listening socket while it waits."""
+    listening socket while it waits.
+
+    A command named in `again` that ends with 0, 1 or 2 and leaves the
+    process as it found it (`Settled`) does not end the child: it lets go
+    of the request (`_release`), says its exit status over `control` (frame
+    `X`) and waits for the next request there. Every fork pays for the
+    template's pages it writes (Python's reference counts write to every
+    object a command touches: about 4,500 copied pages, 20 ms of a 40 ms
+    compile here); a child that serves again has copied them already."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    control = [theirs]  # the child's end (`_place` may move it)
+    first = [True]
 
     def request() -> Request:
-        ours.detach()  # closed below, with everything else of the template's
         gc.disable()  # nothing of the template's is finalized while its descriptors are gone
-        spawn.close_all_but({theirs.fileno()})
+        if first:  # the first request: let go of everything of the template's
+            first.clear()
+            ours.detach()  # closed below, with everything else of the template's
+            spawn.close_all_but({theirs.fileno()})
         try:
-            return receive(theirs)
+            return receive(control[0])
         finally:
-            theirs.close()
             gc.enable()
 
     try:
-        pid = _fork(request, run)
+        pid = _fork(request, run, (control, again))
     finally:
         theirs.close()
     return Spare(pid, os.pidfd_open(pid), ours)
 
 
-def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> int:
+def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any],
+          reuse: tuple[list[socket.socket], frozenset[str]] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         if stream is not None:
             try:
@@ -142,13 +155,24 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> in
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return pid
     code: object = 3
+    served = 0
     try:
-        taken = request()
-        _become(taken, old, template)
-        try:
-            code = run(list(taken.argv))
-        except SystemExit as e:
-            code = e.code
+        while True:
+            taken = request()
+            _become(taken, old, template, reuse[0] if reuse else None)
+            found = Settled.now() if reuse is not None and taken.argv and taken.argv[0] in reuse[1] else None
+            code = 3
+            try:
+                code = run(list(taken.argv))
+            except SystemExit as e:
+                code = e.code
+            served += 1
+            if found is None:
+                break
+            code = _status(code)
+            if served >= SERVES_PER_CHILD or not _settle(taken, found, code, reuse[0][0]):  # type: ignore[index]
+                break
+            signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # as in a fresh spare, until the next request
     except BaseException:  # a bug of the child's own start: its request's exit 3, never the template's
         try:
             traceback.print_exc()
@@ -157,46 +181,137 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any]) -> in
     end(code)
 
 
+# A child that serves again ends after this many commands: LLVM's context keeps every
+# constant and name it was given, so a child's memory grows a little with each.
+SERVES_PER_CHILD = 500
+
+# The exit statuses after which a child may serve again: success, the input failed to
+# compile, a usage error. After 3 (an infrastructure failure) or a signal it ends.
+SETTLED_STATUSES = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a command must leave as it found it for its child to serve
+    again. What every request sets anew (folder, environment, umask,
+    standard streams, argv, the usual signal handlers and mask) is not in
+    it; its descriptors, threads, modules and import path, other signal
+    handlers, timers and collector settings are."""
+
+    descriptors: frozenset[str]
+    threads: int
+    modules: tuple[str, ...]
+    path: tuple[str, ...]
+    handlers: tuple[Any, ...]
+    timer: tuple[float, float]
+    collector: tuple[bool, tuple[int, ...]]
+    recursion: int
+    group: tuple[int, int]
+
+    @staticmethod
+    def now() -> Settled:
+        return Settled(frozenset(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task")),
+                       tuple(sys.modules), tuple(sys.path),
+                       tuple(signal.getsignal(s) for s in _HANDLED), signal.getitimer(signal.ITIMER_REAL),
+                       (gc.isenabled(), gc.get_threshold()), sys.getrecursionlimit(), (os.getpgrp(), os.getsid(0)))
+
+
+# Signals a command could take a handler of that `_become` does not set again.
+_HANDLED = tuple(s for s in signal.valid_signals()
+                 if s not in (signal.SIGKILL, signal.SIGSTOP) and s < signal.SIGRTMIN)
+
+
+def _settle(request: Request, found: Settled, status: int, control: socket.socket) -> bool:
+    """After `request`'s command ended with `status`: run its exit handlers
+    and flush its output as its process's end would, then, if it left the
+    process as `found`, let go of the request (`_release`) and say `status`
+    over `control`. Whether this child serves again; if not, the caller ends it."""
+    atexit._run_exitfuncs()
+    _flush_standard()
+    if status not in SETTLED_STATUSES or Settled.now() != found or _has_children():
+        return False
+    _release(request)
+    if "warnings" in sys.modules:  # a warning shown "once" by this command is shown by the next too
+        sys.modules["warnings"]._filters_mutated()
+    try:
+        control.sendall(b"X" + status.to_bytes(4, "little", signed=True))  # `served.frame`
+    except OSError:  # the server let go of this child meanwhile
+        return False
+    return True
+
+
+def _has_children() -> bool:
+    """Whether a process this command started still runs or was never reaped."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _release(request: Request) -> None:
+    """Let go of everything of `request`: its descriptors (the standard
+    ones become /dev/null: a reader of the requester's pipe sees its end
+    when the requester ends) and its folder."""
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    for number in request.fds:
+        if number > 2:
+            os.close(number)
+    for number in (0, 1, 2):
+        os.dup2(null, number, inheritable=False)
+    os.close(null)
+    os.chdir("/")
+
+
+def _flush_standard() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a closed stream: nothing more to say
+            pass
+
+
 def end(code: object) -> NoReturn:
     """End this process with `code` as `sys.exit` would, without the
     interpreter's finalization (freeing a warm compiler's objects one by one
     costs tens of milliseconds at every request; every file loom writes is
     closed before its command returns). Exit handlers run and output is flushed."""
-    if code is None:
-        status = 0
-    elif isinstance(code, int):
-        status = code
-    else:
-        try:
-            print(code, file=sys.stderr)
-        except (OSError, ValueError, AttributeError):
-            pass
-        status = 1
+    status = _status(code)
     try:
         atexit._run_exitfuncs()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):  # a reader that went away, a closed stream: nothing more to say
-                pass
+        _flush_standard()
         os._exit(status & 0xFF)
+
+
+def _status(code: object) -> int:
+    """The exit status `sys.exit(code)` gives (a code that is not a number is printed, status 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    try:
+        print(code, file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 1
 
 
 # ---------------------------------------------------------------- the child's start
 
 
-def _become(request: Request, mask: Any, template: int) -> None:
-    """Turn this fresh fork into the requester's process (see the module docstring).
-    It dies with the template (`template`: its pid): a command nobody can
-    answer for any more must not go on writing outputs."""
+def _become(request: Request, mask: Any, template: int, control: list[socket.socket] | None = None) -> None:
+    """Turn this fresh fork (or a child that served before) into the
+    requester's process (see the module docstring); `control`: the socket
+    it keeps, in a list `_place` may put a moved one in. It dies with the template (`template`: its pid): a command
+    nobody can answer for any more must not go on writing outputs."""
     die_with_parent(template)
     if isinstance(request.cwd, int):
         os.fchdir(request.cwd)
     else:
         os.chdir(request.cwd)
-    _place(request.fds)
+    _place(request.fds, control)
     os.umask(request.umask)
     os.environ.clear()
     for name, value in request.environ.items():
@@ -219,17 +334,25 @@ def _become(request: Request, mask: Any, template: int) -> None:
     spawn.forks_warm()
 
 
-def _place(fds: Mapping[int, int]) -> None:
+def _place(fds: Mapping[int, int], control: list[socket.socket] | None) -> None:
     """Put each descriptor at its number (`fds`: number -> descriptor now)
-    and close every other one: the template's sockets and every other
-    request's descriptors stay out of this command and what it starts. The
-    template's objects that named the closed ones are never finalized here:
-    the child never returns into its parent's loop and ends with `os._exit`."""
+    and close every other one but the socket in `control` (moved out of the
+    way first if its number is wanted): the template's sockets and every other request's
+    descriptors stay out of this command and what it starts. The template's
+    objects that named the closed ones are never finalized here: the child
+    never returns into its parent's loop and ends with `os._exit`."""
     import fcntl
 
     above = max([2, *fds]) + 1
+    keep = set()
+    if control is not None:
+        if control[0].fileno() in fds:
+            moved_control = fcntl.fcntl(control[0].fileno(), fcntl.F_DUPFD_CLOEXEC, above)
+            control[0].detach()  # its number is the request's now (closed below)
+            control[0] = socket.socket(fileno=moved_control)
+        keep.add(control[0].fileno())
     moved = {number: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above) for number, fd in fds.items()}
-    spawn.close_all_but(set(moved.values()))
+    spawn.close_all_but(set(moved.values()) | keep)
     for number, fd in moved.items():
         os.dup2(fd, number)  # inheritable, as the requester's own descriptors are
         os.close(fd)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from functools import cache
 
 from loomcli import __version__
@@ -26,11 +27,19 @@ def ptxas_version() -> str:
     from loomcli.emit.nvptx.ptxas import find_ptxas
 
     path = find_ptxas()
-    return _ptxas_version(path) if path is not None else "none"
+    if path is None:
+        return "none"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "unusable"
+    # Asked once per process for each file: a process may serve many commands (a warm
+    # server child), so a ptxas replaced at the same path is asked again.
+    return _ptxas_version(path, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 @cache
-def _ptxas_version(path: str) -> str:
+def _ptxas_version(path: str, stamp: tuple[int, ...]) -> str:
     from loomcli.emit.nvptx.ptxas import version
 
     try:
