@@ -475,7 +475,7 @@ class Server:
     def status(self) -> dict[str, Any]:
         return {"running": True, "pid": os.getpid(), **self.describe,
                 "uptime_s": round(time.monotonic() - self.started, 3), "requests": self.requests,
-                "warm_children": len(self.warm), "socket": self.path}
+                "socket": self.path}
 
     def _send(self, conn: Connection, document: dict[str, Any]) -> None:
         data = json.dumps(document, sort_keys=True).encode()
