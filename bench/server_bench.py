@@ -19,7 +19,7 @@ the anchors come from scripts/install-bench-deps.sh. Bytecode is cached
 Beside each wall-clock median is the median CPU time (user + system) of
 the whole process tree: the command's own (`RUSAGE_CHILDREN`) plus, for a
 served one, what its child in the server used (the server's reaped
-children, from /proc). A shared machine disturbs CPU time much less than
+children and its live ones, a warm child among them, from /proc). A shared machine disturbs CPU time much less than
 wall time; quote both.
 """
 
@@ -60,12 +60,24 @@ def sides(variants: dict[str, Callable[[], Times]]) -> dict[str, Callable[[], Ti
 
 
 def served_cpu() -> float:
-    """CPU seconds the server's ended children (the served commands) have used."""
-    total = 0.0
+    """CPU seconds the server's children (the served commands) have used: the
+    ended ones, and those still alive (a warm child waits for its next command)."""
+    ticks = 0
     for pid in SERVERS:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
-    return total
+        ticks += sum(_times(pid)[2:])  # cutime, cstime: its ended children
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            try:
+                ticks += sum(_times(int(child)))
+            except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile (and is counted above next time)
+                pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _times(pid: int) -> list[int]:
+    """utime, stime, cutime, cstime of process `pid`, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return [int(f) for f in fields[11:15]]
 
 
 def cpu_now() -> float:
