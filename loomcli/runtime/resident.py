@@ -8,7 +8,9 @@ socket lives and the protocol):
 - a connection is served only if its peer is this user (`SO_PEERCRED`);
   its request is a list of byte tokens, checked, never code or pickled data;
 - `run` forks a child with the request's descriptors, folder, environment
-  and umask; the client's forwarded signals go to that child; when the
+  and umask (or hands the request to a warm child: one whose last command
+  left it as it found it, see `template.fork_spare`; it says that command's
+  status on its control socket instead of ending); the client's forwarded signals go to that child; when the
   child ends, its status goes back; when the client goes away first (killed,
   even by SIGKILL), the child is sent SIGTERM (loom's interrupt path:
   tokens returned, nothing partial left) and SIGKILL after `GRACE` seconds;

@@ -14,7 +14,9 @@ restores the signal handlers a fresh interpreter has. Terminal detection,
 `-` for stdin or stdout, exit codes, depfiles and traces then work as in a
 process started for the command. Whatever the child does, a crash
 included, ends with it; nothing it does reaches the template or the next
-request (isolation by fork).
+request (isolation by fork). The one exception is a resident server's
+child that serves again (`fork_spare`): only after a command that left its
+process exactly as it found it, checked (`Settled`).
 
 Two front ends share this one template: the resident compile service
 (`loomcli.runtime.resident`, `loom server`) and Bazel's persistent workers
@@ -304,8 +306,9 @@ def _status(code: object) -> int:
 def _become(request: Request, mask: Any, template: int, control: list[socket.socket] | None = None) -> None:
     """Turn this fresh fork (or a child that served before) into the
     requester's process (see the module docstring); `control`: the socket
-    it keeps, in a list `_place` may put a moved one in. It dies with the template (`template`: its pid): a command
-    nobody can answer for any more must not go on writing outputs."""
+    it keeps, in a list `_place` may put a moved one in. It dies with the
+    template (`template`: its pid): a command nobody can answer for any
+    more must not go on writing outputs."""
     die_with_parent(template)
     if isinstance(request.cwd, int):
         os.fchdir(request.cwd)
