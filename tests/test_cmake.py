@@ -126,6 +126,44 @@ def test_one_source_for_one_target_is_its_sets_only_command(tmp_path: Path) -> N
     assert not (build / "one.spirv-vulkan1.3.spv").exists()
 
 
+def test_every_file_a_command_reads_is_one_of_its_dependencies(tmp_path: Path) -> None:
+    """The package's commands have no DEPFILE (CMake would run each one through a `cmake -E
+    cmake_transform_depfile` process of its own): their DEPENDS must name every file loom reads.
+    Each loom command of the examples is run again with -MD, and every file its depfile names must
+    be an input of its build edge."""
+    source = tmp_path / "src"
+    shutil.copytree(ROOT / "cmake" / "examples", source)
+    build = tmp_path / "build"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LOOM_CACHE="0", LOOM_SERVER="off")
+    run(["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", f"-DLoom_DIR={loom_dir()}",
+         "-DLOOM_USE_SERVER=OFF"], tmp_path, env)
+    run(["ninja"], build, env)
+    assert "cmake_transform_depfile" not in (build / "build.ninja").read_text()
+
+    def absolute(path: str) -> Path:
+        return (build / path).resolve()
+
+    outputs = [str(p.relative_to(build)) for p in (*build.glob("kernels/*.hsaco"), *build.glob("kernels/*.spv"),
+                                                   *build.glob("kernels/*.ptx"), *build.glob("lib/*.loombc"),
+                                                   *build.glob("loom/*/*.loombc"))]
+    checked = 0
+    for output in sorted(outputs):
+        [command] = run(["ninja", "-t", "commands", "-s", output], build, env).stdout.splitlines()
+        query = run(["ninja", "-t", "query", output], build, env).stdout.splitlines()
+        inputs = {absolute(line.strip()) for line in query[query.index("  input: CUSTOM_COMMAND") + 1:
+                                                            query.index("  outputs:")]}
+        if " compile " not in command:  # `loom link` has no -MD; it reads exactly its arguments
+            continue
+        depfile = tmp_path / "reads.d"
+        run(["sh", "-c", f"{command} -MD -MF {depfile}"], build, env)
+        text = depfile.read_text().replace("\\\n", " ")
+        reads = {absolute(p) for p in text.split(":", 1)[1].split()}
+        assert reads and reads <= inputs, (output, sorted(map(str, reads - inputs)))
+        checked += 1
+    assert checked == COMPILE_COMMANDS
+
+
 @pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
 def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> None:
     source = tmp_path / "src"
