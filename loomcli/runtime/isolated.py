@@ -344,6 +344,7 @@ def warm_and_freeze(preload: Sequence[str]) -> None:
     that built: it lives as long as the process (and, in a fork server or a
     template, every process forked from it), so the collector need never scan
     it again, nor write to (and so copy) the pages a forked child shares."""
+    keep_freed_memory()
     for name in preload:
         module = importlib.import_module(name)
         warm = getattr(module, "warm", None)
@@ -351,6 +352,33 @@ def warm_and_freeze(preload: Sequence[str]) -> None:
             warm()
     gc.collect()
     gc.freeze()
+
+
+# glibc's mallopt parameters (malloc.h), and what a warm process sets them to.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEPT_FREE = 256 << 20   # free memory at the top of the heap kept for the next command, at most
+_MMAP_ABOVE = 32 << 20   # glibc's largest threshold: blocks below it come from the heap
+
+
+def keep_freed_memory() -> None:
+    """A process that serves one request after another (a worker, a fork
+    server and what it forks, the resident server's template) keeps the
+    memory a request freed for the next one. By default glibc gives the top
+    of its heap back after each request and maps every block of 128 KiB or
+    more anew; each page of it then faults again when the next request
+    touches it: about 800 page faults, 2 to 3 ms, per served compile. The
+    cost is a resident size at the largest request's peak, which a worker
+    has anyway. Not glibc (no `mallopt`), or not Linux: nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_TRIM_THRESHOLD, _KEPT_FREE)
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_ABOVE)
 
 
 def die_with_parent(parent: int | None = None) -> None:
