@@ -46,15 +46,9 @@ endif()
 # (`loom server`, docs/cmake.md), every later one hands its work to it instead of starting
 # Python and LLVM again. -DLOOM_USE_SERVER=OFF runs every command in its own process.
 option(LOOM_USE_SERVER "Run loom's commands through its resident server (LOOM_SERVER=auto)" ON)
-set(_LOOM_COMMAND Loom::loom)
+set(_loom_settings)  # the environment variables loom's commands run with
 if(LOOM_USE_SERVER AND UNIX)
-  find_program(LOOM_ENV_EXECUTABLE NAMES env DOC "env(1), to set LOOM_SERVER for loom's commands")
-  mark_as_advanced(LOOM_ENV_EXECUTABLE)
-  if(LOOM_ENV_EXECUTABLE)  # a millisecond, where `cmake -E env` takes ten
-    set(_LOOM_COMMAND "${LOOM_ENV_EXECUTABLE}" LOOM_SERVER=auto "$<TARGET_FILE:Loom::loom>")
-  else()
-    set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env LOOM_SERVER=auto "$<TARGET_FILE:Loom::loom>")
-  endif()
+  list(APPEND _loom_settings LOOM_SERVER=auto)
 endif()
 
 # CMake 3.28 marks such recipes for make's jobserver (`+`); older versions simply run them serially.
@@ -71,12 +65,31 @@ set(_LOOM_JOB_SERVER)
 if(LOOM_JOB_SERVER_AWARE AND _loom_aware)
   set(_LOOM_JOB_SERVER JOB_SERVER_AWARE TRUE)
 elseif(CMAKE_GENERATOR MATCHES "Makefiles")
-  set(_loom_tool "LOOM_BUILD_TOOL=CMake ${CMAKE_VERSION} with ${CMAKE_GENERATOR}")
-  if(_LOOM_COMMAND STREQUAL "Loom::loom")
-    set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env "${_loom_tool}" "$<TARGET_FILE:Loom::loom>")
-  else()  # beside LOOM_SERVER=auto, in the env or cmake -E env command line made above
-    list(FIND _LOOM_COMMAND "LOOM_SERVER=auto" _loom_at)
-    list(INSERT _LOOM_COMMAND ${_loom_at} "${_loom_tool}")
+  list(APPEND _loom_settings "LOOM_BUILD_TOOL=CMake ${CMAKE_VERSION} with ${CMAKE_GENERATOR}")
+endif()
+
+# How a command sets them. Ninja and the Unix Makefiles run each command line through /bin/sh,
+# where a leading NAME=value word sets NAME for that command alone: nothing else is started. A
+# value with a space would be quoted, and so no longer an assignment; that, and any other
+# generator, takes env(1) (a millisecond an exec, which the shell spares) or `cmake -E env` (ten).
+set(_LOOM_COMMAND Loom::loom)
+if(_loom_settings)
+  set(_loom_words ON)
+  foreach(setting IN LISTS _loom_settings)
+    if(NOT setting MATCHES "^[A-Z_]+=[A-Za-z0-9_.:/+-]*$")
+      set(_loom_words OFF)
+    endif()
+  endforeach()
+  if(UNIX AND _loom_words AND CMAKE_GENERATOR MATCHES "^(Ninja|Ninja Multi-Config|Unix Makefiles)$")
+    set(_LOOM_COMMAND ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+  else()
+    find_program(LOOM_ENV_EXECUTABLE NAMES env DOC "env(1), to set loom's environment for its commands")
+    mark_as_advanced(LOOM_ENV_EXECUTABLE)
+    if(LOOM_ENV_EXECUTABLE)
+      set(_LOOM_COMMAND "${LOOM_ENV_EXECUTABLE}" ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+    else()
+      set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+    endif()
   endif()
 endif()
 
