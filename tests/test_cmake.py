@@ -241,6 +241,15 @@ def test_cmake_examples_build_incrementally(generator: str, tmp_path: Path) -> N
     run(build_cmd, tmp_path, env)
     assert rerun_sets(after, stamps(build)) == {"saxpy"}
 
+    # ctest runs loom_add_test's command with no shell: loom's settings reach it as its
+    # environment, and the server runs its check cases too.
+    before = served()
+    ctest = subprocess.run(["ctest", "--output-on-failure"], cwd=build, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert ctest.returncode == 0, ctest.stdout + ctest.stderr
+    assert "100% tests passed out of 1" in ctest.stdout
+    assert served() - before == 1
+
 
 @pytest.mark.parametrize("use_server", ["ON", "OFF"])
 def test_loom_use_server_says_how_commands_run(use_server: str, tmp_path: Path) -> None:

@@ -68,10 +68,11 @@ elseif(CMAKE_GENERATOR MATCHES "Makefiles")
   list(APPEND _loom_settings "LOOM_BUILD_TOOL=CMake ${CMAKE_VERSION} with ${CMAKE_GENERATOR}")
 endif()
 
-# How a command sets them. Ninja and the Unix Makefiles run each command line through /bin/sh,
-# where a leading NAME=value word sets NAME for that command alone: nothing else is started. A
-# value with a space would be quoted, and so no longer an assignment; that, and any other
-# generator, takes env(1) (a millisecond an exec, which the shell spares) or `cmake -E env` (ten).
+# How a build command sets them (loom_add_test's tests take them as their environment). Ninja
+# and the Unix Makefiles run each command line through /bin/sh, where a leading NAME=value word
+# sets NAME for that command alone: nothing else is started. A value with a space would be
+# quoted, and so no longer an assignment; that, and any other generator, takes env(1) (a
+# millisecond an exec, which the shell spares) or `cmake -E env` (ten).
 set(_LOOM_COMMAND Loom::loom)
 if(_loom_settings)
   set(_loom_words ON)
@@ -316,7 +317,12 @@ function(loom_add_test name)
   list(REMOVE_ITEM libraries ${sources})  # a file is tested, not also linked in as a library
   list(TRANSFORM libraries PREPEND "--library=")
   _loom_config(options "loom_add_test(${name})" ${ARG_CONFIG})
+  # ctest starts a test's command itself, with no shell to take a leading NAME=value word, so
+  # the test gets loom's settings as its environment instead.
   add_test(NAME ${name}
-           COMMAND ${_LOOM_COMMAND} test ${sources} ${libraries} ${options} "--device=${ARG_DEVICE}"
+           COMMAND Loom::loom test ${sources} ${libraries} ${options} "--device=${ARG_DEVICE}"
            WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}")
+  if(_loom_settings)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${_loom_settings}")
+  endif()
 endfunction()
