@@ -115,6 +115,17 @@ def test_dash_o_dash_writes_the_targets_native_format(tmp_path: Path) -> None:
     assert spv.returncode == 0 and spv.stdout[:4] == bytes.fromhex("03022307")  # the SPIR-V magic, little-endian
     hsaco = loom("compile", "k.loom", "-D", "g.size=64", "--target", "amdgpu:gfx1100", "-o", "-", cwd=tmp_path)
     assert hsaco.returncode == 0 and hsaco.stdout[:4] == b"\x7fELF"
+    # `loom emit` too, its target recorded in the module or named with --target; the same bytes.
+    assert loom("compile", "k.loom", "-D", "g.size=64", "--target", "spirv:vulkan1.3", "-o", "k.loombc",
+                cwd=tmp_path).returncode == 0
+    emitted = loom("emit", "k.loombc", "-o", "-", cwd=tmp_path)
+    assert (emitted.returncode, emitted.stdout) == (0, spv.stdout)
+    assert loom("compile", "k.loom", "-D", "g.size=64", "-o", "any.loombc", cwd=tmp_path).returncode == 0
+    emitted = loom("emit", "any.loombc", "--target", "amdgpu:gfx1100", "-o", "-", cwd=tmp_path)
+    assert (emitted.returncode, emitted.stdout[:4]) == (0, b"\x7fELF")
+    unnamed = loom("emit", "any.loombc", "-o", "-", cwd=tmp_path)
+    assert (unnamed.returncode, unnamed.stdout) == (2, b"")
+    assert b"target-independent; name one with --target" in unnamed.stderr
 
 
 @pytest.mark.parametrize(("shell", "head"), [

@@ -8,13 +8,14 @@ import click
 
 from loomcli.driver import UsageError, diagnostics_option
 from loomcli.emit import FORMATS
+from loomcli.service.outputs import BINARY, STDOUT
 
 FORMAT_CHOICES = tuple(FORMATS)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("compiled_path", metavar="COMPILED.loombc")
-@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), help="Artifact format (default: from -o).")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), help="Artifact format (default: from -o; for -o -, the target's own).")
 @click.option("-o", "output", required=True, metavar="OUT", help="Output path ('-' = stdout).")
 @click.option("--target", "target", metavar="T", help="Needed for a target-independent module; else must match.")
 @click.option("--emit-launch-config", "launch_path", metavar="PATH", help="Write the launch-config artifact.")
@@ -29,7 +30,7 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
     from loomcli.targets.profiles import parse_target
 
     kind = format_for(output, fmt)
-    if kind is None:
+    if kind is None and output != STDOUT:
         raise UsageError(f"-o {output}: cannot tell the format from the suffix; pass --format")
     module = load_module(compiled_path)
     recorded = compiled_target(module)
@@ -38,6 +39,12 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
     profile = parse_target(target or recorded)  # type: ignore[arg-type]
     if recorded is not None and profile.name != parse_target(recorded).name:
         raise UsageError(f"{compiled_path} was compiled for {recorded}, not {profile.name}")
+    if output == STDOUT:
+        from loomcli.emit import backend_for
+
+        kind = kind or backend_for(profile).native_format  # `-o -` with a target, as `loom compile` does
+        if kind in BINARY and click.get_text_stream("stdout").isatty():
+            raise UsageError("refusing to write binary output to a terminal; use -o FILE")
     if recorded is None:
         # A target-independent module still needs final selection and the pipeline for this target.
         from loomcli.passes.bind import ConfigBindings
