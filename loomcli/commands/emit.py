@@ -45,6 +45,7 @@ def emit(compiled_path: str, fmt: str | None, output: str, target: str | None, l
         kind = kind or backend_for(profile).native_format  # `-o -` with a target, as `loom compile` does
         if kind in BINARY and click.get_text_stream("stdout").isatty():
             raise UsageError("refusing to write binary output to a terminal; use -o FILE")
+    assert kind is not None  # a named output without one was refused above
     if recorded is None:
         # A target-independent module still needs final selection and the pipeline for this target.
         from loomcli.passes.bind import ConfigBindings
