@@ -86,6 +86,40 @@ def test_werror_and_w(tmp_path: Path, flags: list[str], code: int, written: bool
     assert sorted(p.name for p in tmp_path.iterdir()) == (["k.d", "k.hsaco", "k.loom"] if written else ["k.loom"])
 
 
+# One project built again and again with one cache: (flags, exit code, the first line of stderr,
+# how the set's item ended, whether its code object is there after).
+BUILDS = [
+    (["-Werror"], 1, WARNING.replace("warning [", "error ["), "1 failed", False),  # compiled; the outcome cached
+    ([], 0, WARNING, "1 cached", True),              # a cache hit says what the compile said
+    ([], 0, "", "1 up to date", True),               # as make: an up-to-date item says nothing again
+    (["-Werror"], 1, WARNING.replace("warning [", "error ["), "1 failed", True),  # its warnings are errors now
+    (["--no-cache"], 0, WARNING, "1 compiled", True),
+    (["-w", "--out-dir", "other"], 0, "", "1 cached", True),  # a fresh out-dir, from the cache, quietly
+]
+
+
+def test_build_says_each_items_warnings_and_werror_fails_it_whatever_the_cache_holds(tmp_path: Path) -> None:
+    """`loom build` reports an item's warnings whether it compiled or came from the cache (as `loom
+    compile` does), and -Werror fails an item with warnings, counted as failed, even one an earlier
+    build left up to date."""
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "k.loom").write_text(WARNS)
+    (tmp_path / "loom.toml").write_text('[project]\nname = "w"\nversion = "1.0"\n\n[build]\n'
+                                        'targets = ["spirv:vulkan1.3"]\n\n[[kernels]]\nname = "s"\nsrcs = ["k/*.loom"]\n')
+    env = {"LOOM_CACHE_DIR": str(tmp_path / "cache")}
+    for flags, code, first, ended, written in BUILDS:
+        r = loom("build", *flags, ".", cwd=tmp_path, env=env)
+        stderr = r.stderr.decode()
+        assert r.returncode == code, (flags, stderr)
+        assert (stderr.splitlines() or [""])[0].replace("k/k.loom", "k.loom") == first, (flags, stderr)
+        summary = r.stdout.decode().splitlines()[-1]  # `...: 0 compiled, 1 cached, 0 up to date, 0 failed in 0.01s`
+        counts = {name: n for n, name in (part.split(" ", 1) for part in
+                                          summary.split(" target: ")[1].split(" in ")[0].split(", "))}
+        assert {name: n for name, n in counts.items() if n != "0"} == dict([ended.split(" ", 1)[::-1]]), summary
+        out = tmp_path / "other" if "other" in flags else tmp_path / "build" / "loom"
+        assert (out / "spirv-vulkan1.3" / "s.spv").exists() == written, flags
+
+
 def test_version_names_llvm_without_loading_it(tmp_path: Path) -> None:
     import llvmlite
     import llvmlite.binding

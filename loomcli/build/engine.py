@@ -83,6 +83,7 @@ class BuildOptions:
     keep_going: bool = False
     trace: str | None = None
     jobserver_style: str = "fifo"   # the jobserver served to the workers when make offers none
+    werror: bool = False            # -Werror: an item with warnings fails, even one built before
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ class Build:
         out = []
         for entry in entries:
             verified = _up_to_date(entry, self.state)
+            if verified is not None and verified.get("warned") and self.options.werror:
+                verified = None  # its warnings are errors now: it fails as a build that compiled it would
             if verified is None:
                 self.state.pop(_state_name(entry), None)
                 out.append(entry)
@@ -229,13 +232,20 @@ class Build:
         assert self.cache is not None
         misses = []
         for entry in entries:
-            published = _from_cache(entry, self.cache)
-            if published is None:
+            hit = _from_cache(entry, self.cache)
+            if hit is None:
                 misses.append(entry)
-            else:
-                self.state[_state_name(entry)] = published
+            elif self._warned(entry, hit):  # a hit replays the warnings, as `loom compile`'s does
+                self.state[_state_name(entry)] = self._publish_hit(entry, hit)
                 self._done(entry, "cached")
         return misses
+
+    def _publish_hit(self, entry: Item | CommandItem, hit: CompileOutcome | dict[str, bytes]) -> StateEntry:
+        if isinstance(entry, CommandItem):
+            assert isinstance(hit, dict)
+            return _publish(entry, hit)
+        assert not isinstance(hit, dict)
+        return _state_entry(_write(entry, hit), hit.diagnostics)
 
     # ------------------------------------------------------------ compiling
 
@@ -332,12 +342,11 @@ class Build:
                 self._report(outcome, item.label)
                 self._failed(item, _exit_code(outcome))
                 continue
-            if outcome.diagnostics:
-                self.diagnostics(list(outcome.diagnostics))
-            self.state[_state_name(item)] = _write(item, outcome)
             if self.cache is not None:
-                self.cache.put(item.key, outcome.encode())
-            self._done(item, "compiled")
+                self.cache.put(item.key, outcome.encode())  # whatever -Werror makes of its warnings
+            if self._warned(item, outcome):
+                self.state[_state_name(item)] = _state_entry(_write(item, outcome), outcome.diagnostics)
+                self._done(item, "compiled")
 
     def _build_command(self, item: CommandItem, session: Session) -> None:
         """One [[command]] for one target (TOOLCHAIN.md sections 7 and 9) that
@@ -372,16 +381,36 @@ class Build:
             self.progress.message(f"loom: error: {item.label}: {e}")
             self._failed(item, e.exit_code)
             return
-        warnings = list(product.warnings) + list(compiled.warnings)
-        if warnings:
-            self.diagnostics(warnings)
         files = product_files(product, compiled=compiled.files, bindings=compiled.bindings)
-        self.state[_state_name(item)] = _publish(item, files)
         if session.cache is not None:
             session.cache.put(item.key, _encode_files(files))
-        self._done(item, "compiled")
+        warnings = (*product.warnings, *compiled.warnings)
+        if self._warned(item, warnings):
+            self.state[_state_name(item)] = _state_entry(_publish(item, files), warnings)
+            self._done(item, "compiled")
 
     # ------------------------------------------------------------ reporting
+
+    def _warned(self, item: Item | CommandItem, diagnostics: CompileOutcome | dict[str, bytes] | Sequence[Diagnostic]) -> bool:
+        """Report what an item that built said (an outcome's diagnostics;
+        a command's files from the cache say nothing); False when -Werror
+        made its warnings errors: they are reported as such and the item
+        failed (exit 1), its outputs not published."""
+        from loomcli.diagnostics import CompileError
+        from loomcli.service.request import CompileOutcome
+
+        if isinstance(diagnostics, dict):
+            return True
+        said = list(diagnostics.diagnostics if isinstance(diagnostics, CompileOutcome) else diagnostics)
+        if not said:
+            return True
+        try:
+            self.diagnostics(said)
+        except CompileError as e:
+            self.diagnostics(list(e.diagnostics))  # the warnings as errors (nothing left to raise)
+            self._failed(item, 1)
+            return False
+        return True
 
     def _report(self, outcome: CompileOutcome, what: str) -> None:
         if outcome.status == "failed":
@@ -493,18 +522,25 @@ def _exit_code(outcome: CompileOutcome) -> int:
     return 1 if outcome.status == "failed" else outcome.exit_code or 3
 
 
-def _from_cache(item: Item | CommandItem, cache: Cache) -> StateEntry | None:
-    """Publish the item's outputs from the cache: their state entry; None for
-    a miss (an entry that does not decode is one too, and the rebuild
-    overwrites it)."""
+def _from_cache(item: Item | CommandItem, cache: Cache) -> CompileOutcome | dict[str, bytes] | None:
+    """What the cache holds for the item: a kernel set's outcome, a
+    command's files; None for a miss (an entry that does not decode is one
+    too, and the rebuild overwrites it)."""
     data = cache.get(item.key)
     if data is None:
         return None
     if isinstance(item, CommandItem):
-        files = _decode_files(data)
-        return _publish(item, files) if files is not None else None
+        return _decode_files(data)
     outcome = _decode(data)
-    return _write(item, outcome) if outcome is not None and outcome.ok else None
+    return outcome if outcome is not None and outcome.ok else None
+
+
+def _state_entry(entry: StateEntry, diagnostics: Sequence[Diagnostic]) -> StateEntry:
+    """An item's state entry, marked when its outputs came with warnings (a
+    later -Werror build then builds it again, and fails)."""
+    if any(d.severity == "warning" for d in diagnostics):
+        entry["warned"] = True
+    return entry
 
 
 def _task_input(project: Project, ks: KernelSet, misses: list[Item], libraries: _Libraries,

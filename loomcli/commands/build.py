@@ -50,7 +50,7 @@ def build(directory: str, toml_file: str | None, jobs: int | None, targets: tupl
             progress.message(f"loom: warning: {message}")
 
     options = BuildOptions(targets=targets, out_dir=out_dir, jobs=jobs, no_cache=no_cache, keep_going=keep_going,
-                           trace=trace_path, jobserver_style=jobserver_style)
+                           trace=trace_path, jobserver_style=jobserver_style, werror=printer.warnings == "error")
     try:
         report = run_build(project, options, progress, printer.emit, warn)
     except BaseException as e:
