@@ -104,8 +104,8 @@ def test_build_says_each_items_warnings_and_werror_fails_it_whatever_the_cache_h
     build left up to date."""
     (tmp_path / "k").mkdir()
     (tmp_path / "k" / "k.loom").write_text(WARNS)
-    (tmp_path / "loom.toml").write_text('[project]\nname = "w"\nversion = "1.0"\n\n[build]\n'
-                                        'targets = ["spirv:vulkan1.3"]\n\n[[kernels]]\nname = "s"\nsrcs = ["k/*.loom"]\n')
+    (tmp_path / "loom.toml").write_text('[project]\nname = "w"\nversion = "1.0"\n\n[build]\ntargets = '
+                                        '["spirv:vulkan1.3"]\n\n[[kernels]]\nname = "s"\nsrcs = ["k/*.loom"]\n')
     env = {"LOOM_CACHE_DIR": str(tmp_path / "cache")}
     for flags, code, first, ended, written in BUILDS:
         r = loom("build", *flags, ".", cwd=tmp_path, env=env)

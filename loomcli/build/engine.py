@@ -374,7 +374,7 @@ class Build:
                 raise
             compiled = compiler.finish(product)
         except CompileError as e:
-            self.diagnostics(list(e.diagnostics))
+            self._say(e.diagnostics)
             self._failed(item, 1)
             return
         except LoomError as e:
@@ -391,30 +391,37 @@ class Build:
 
     # ------------------------------------------------------------ reporting
 
-    def _warned(self, item: Item | CommandItem, diagnostics: CompileOutcome | dict[str, bytes] | Sequence[Diagnostic]) -> bool:
-        """Report what an item that built said (an outcome's diagnostics;
-        a command's files from the cache say nothing); False when -Werror
-        made its warnings errors: they are reported as such and the item
-        failed (exit 1), its outputs not published."""
-        from loomcli.diagnostics import CompileError
+    def _warned(self, item: Item | CommandItem, said: CompileOutcome | dict[str, bytes] | Sequence[Diagnostic]) -> bool:
+        """Report what an item that built said (an outcome's diagnostics; a
+        command's files from the cache say nothing); False when -Werror made
+        its warnings errors: the item failed (exit 1), its outputs are not
+        published."""
         from loomcli.service.request import CompileOutcome
 
-        if isinstance(diagnostics, dict):
+        if isinstance(said, dict):
             return True
-        said = list(diagnostics.diagnostics if isinstance(diagnostics, CompileOutcome) else diagnostics)
-        if not said:
+        if self._say(said.diagnostics if isinstance(said, CompileOutcome) else said):
+            return True
+        self._failed(item, 1)
+        return False
+
+    def _say(self, diagnostics: Sequence[Diagnostic]) -> bool:
+        """Print diagnostics; False when -Werror made warnings among them
+        errors (printed as such)."""
+        from loomcli.diagnostics import CompileError
+
+        if not diagnostics:
             return True
         try:
-            self.diagnostics(said)
+            self.diagnostics(list(diagnostics))
         except CompileError as e:
-            self.diagnostics(list(e.diagnostics))  # the warnings as errors (nothing left to raise)
-            self._failed(item, 1)
+            self.diagnostics(list(e.diagnostics))  # all errors now: nothing left to raise
             return False
         return True
 
     def _report(self, outcome: CompileOutcome, what: str) -> None:
         if outcome.status == "failed":
-            self.diagnostics(list(outcome.diagnostics))
+            self._say(outcome.diagnostics)
         else:
             self.progress.message(f"loom: error: {what}: {outcome.message}")
 

@@ -15,7 +15,8 @@ FORMAT_CHOICES = tuple(FORMATS)
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("compiled_path", metavar="COMPILED.loombc")
-@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), help="Artifact format (default: from -o; for -o -, the target's own).")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES),
+              help="Artifact format (default: from -o; for -o -, the target's own).")
 @click.option("-o", "output", required=True, metavar="OUT", help="Output path ('-' = stdout).")
 @click.option("--target", "target", metavar="T", help="Needed for a target-independent module; else must match.")
 @click.option("--emit-launch-config", "launch_path", metavar="PATH", help="Write the launch-config artifact.")
