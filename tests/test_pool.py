@@ -18,7 +18,7 @@ from loomcli.cache import Cache
 from loomcli.runtime import forkserver, spawn
 from loomcli.runtime.jobserver import TokenGate
 from loomcli.runtime.pool import WorkerPool, resolve_jobs
-from loomcli.runtime.tasks import InlineExecutor, Task
+from loomcli.runtime.tasks import InlineExecutor, Task, WorkerContext
 from loomcli.service.compile import compile_request
 from loomcli.service.dispatch import CompileService
 from loomcli.service.front import CompileOptions, front_end
@@ -332,6 +332,23 @@ def test_one_request_inline_in_the_pool_and_from_the_cache(tmp_path: Path, targe
     for other in (via_inline, via_pool, from_cache):
         assert (other.artifact, other.launch_config, other.manifest) == \
                (direct.artifact, direct.launch_config, direct.manifest)
+
+
+def test_an_inline_workers_scratch_folder_is_made_only_when_a_task_asks(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    inline = InlineExecutor()
+    service = CompileService(inline)
+    assert service.submit(saxpy_request("spirv:vulkan1.3", "spirv-binary")).result().ok
+    assert list(tmp_path.iterdir()) == []  # a compile never asks: no folder made and removed for it
+    context = WorkerContext(0, inline)
+    scratch = Path(context.scratch)
+    assert scratch.is_dir() and scratch.parent == tmp_path and context.scratch == str(scratch)
+    assert WorkerContext(0, inline).scratch == str(scratch)  # one folder per worker, not per task
+    inline.close()
+    assert not scratch.exists()
 
 
 def test_outcomes_keep_status_apart_from_diagnostics() -> None:

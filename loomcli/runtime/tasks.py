@@ -64,14 +64,19 @@ class TaskResult:
         return self.status == "ok"
 
 
-@dataclass
 class WorkerContext:
     """What a task function may use besides its arguments: the worker's
-    ordinal and its private scratch folder. Prepared, immutable state lives in
-    module-level caches of the worker process, built once per process."""
+    ordinal and its private scratch folder (`folder`: its path, or what makes
+    it on first use). Prepared, immutable state lives in module-level caches
+    of the worker process, built once per process."""
 
-    ordinal: int
-    scratch: str
+    def __init__(self, ordinal: int, folder: str | InlineExecutor) -> None:
+        self.ordinal = ordinal
+        self._folder = folder
+
+    @property
+    def scratch(self) -> str:
+        return self._folder if isinstance(self._folder, str) else self._folder.scratch
 
 
 class TaskSink(Protocol):
@@ -99,13 +104,19 @@ class InlineExecutor:
     def worker_count(self) -> int:
         return 1
 
+    @property
+    def scratch(self) -> str:
+        """The scratch folder, made when a task first asks (most never do:
+        a compile in this process would pay a folder made and removed)."""
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="loom-scratch-")
+        return self._scratch
+
     def submit(self, task: Task) -> Future[TaskResult]:
         future: Future[TaskResult] = Future()
         future.set_running_or_notify_cancel()
-        if self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="loom-scratch-")
         try:
-            value = resolve(task.function)(task.header, task.payload, WorkerContext(0, self._scratch))
+            value = resolve(task.function)(task.header, task.payload, WorkerContext(0, self))
             future.set_result(TaskResult("ok", value, worker=0))
         except Exception as e:  # the status carries it; the caller decides what it means
             future.set_result(TaskResult("raised", message=f"{type(e).__name__}: {e}", worker=0))
