@@ -228,7 +228,7 @@ class _KernelInstrumentation:
                 rank = len(self._view_type(op).dims)
                 self.payload = max(self.payload, 3 * rank + 2)
             elif op.opdef is VIEW_SUBVIEW:
-                self.payload = max(self.payload, 3 * len(op.result().type.dims))
+                self.payload = max(self.payload, 3 * len(_shaped(op.result()).dims))
         self._status_views()
         self._local_record()
         for op in [op for op in self.body.walk_ops() if op.opdef is BUFFER_VIEW or op.opdef is VIEW_SUBVIEW]:
@@ -489,9 +489,9 @@ class _KernelInstrumentation:
         if isinstance(v, BlockArgument):
             owner = v.region.owner if v.region is not None else None
             if owner is not None and owner.opdef is SCF_FOR and v.index == 0:
-                lo, hi, step = (self._range(owner.operand(n)) for n in ("lower", "upper", "step"))
-                if lo is not None and hi is not None and step is not None and step[0] > 0:
-                    return lo[0], max(lo[0], hi[1] - 1)
+                first, last, step = (self._range(owner.operand(n)) for n in ("lower", "upper", "step"))
+                if first is not None and last is not None and step is not None and step[0] > 0:
+                    return first[0], max(first[0], last[1] - 1)
             return None
         op = getattr(v, "op", None)
         if op is None:
@@ -538,8 +538,8 @@ class _KernelInstrumentation:
         t = self._view_type(op)
         view = op.operand("view")
         prov = self.provenance.get(view)
-        lanes = int(op.results[0].type.dims[0]) if op.opdef is VECTOR_LOAD else \
-            int(op.operand("value").type.dims[0]) if op.opdef is VECTOR_STORE else 1
+        lanes = _lanes(op.results[0]) if op.opdef is VECTOR_LOAD else \
+            _lanes(op.operand("value")) if op.opdef is VECTOR_STORE else 1
         idx = self._indices(op, op)
         extents = prov.extents if prov is not None else self._dims(op, t)
         conds = []
@@ -703,3 +703,16 @@ def _bits(t: Type) -> int:
 
 
 __all__ = ["ACCESSES", "BINARIES", "CHECKED", "RECORD_AT", "KernelProbe", "Site", "instrument"]
+
+
+def _shaped(v: Value) -> ShapedType:
+    """A view's or a vector's type (the verifier saw to it)."""
+    assert isinstance(v.type, ShapedType)
+    return v.type
+
+
+def _lanes(v: Value) -> int:
+    """A vector's lane count (a vector's shape is static)."""
+    lanes = _shaped(v).dims[0]
+    assert isinstance(lanes, int)
+    return lanes

@@ -27,6 +27,7 @@ then SIGKILL); outputs are published all or nothing, as always.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -163,6 +164,8 @@ def stream_tokens() -> tuple[list[bytes], list[int]] | None:
             if stream.fileno() != fd:
                 return None
             os.fstat(fd)
+            if not isinstance(stream, io.TextIOWrapper) or not isinstance(stream.errors, str):
+                return None  # not what the interpreter makes: the child could not make the same
             spec = [stream.encoding, stream.errors, "1" if stream.line_buffering else "0",
                     "1" if stream.write_through else "0"]
         except (AttributeError, ValueError, OSError):
@@ -177,7 +180,7 @@ def serve(argv: Sequence[str], key: str, auto: bool) -> int | None:
     exit status (a forwarded signal that killed it kills us too). None: no
     server took it (none runs, a stale socket, a refusal), so run it here;
     with `auto`, a server is started meanwhile for the next command."""
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # no stub; the light, enum-free signal module
 
     environ = os.environ
     place = folder(environ)

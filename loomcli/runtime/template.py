@@ -320,12 +320,15 @@ def _become(request: Request, mask: Any, template: int, control: list[socket.soc
     for name, value in request.environ.items():
         os.environb[name] = value
     if "tempfile" in sys.modules:  # the template may have asked for the temp folder; TMPDIR is the request's now
-        sys.modules["tempfile"].tempdir = None
+        import tempfile
+
+        tempfile.tempdir = None
     atexit._clear()  # the template's exit handlers are not this process's
     sys.argv = [request.program, *request.argv]
-    sys.stdin = sys.__stdin__ = _text(0, "r", request.streams[0])
-    sys.stdout = sys.__stdout__ = _text(1, "w", request.streams[1])
-    sys.stderr = sys.__stderr__ = _text(2, "w", request.streams[2])
+    # (The interpreter's own `sys.__stdin__` and the others are the requester's too: typeshed calls them final.)
+    sys.stdin = sys.__stdin__ = _text(0, "r", request.streams[0])  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = _text(1, "w", request.streams[1])  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = _text(2, "w", request.streams[2])  # type: ignore[misc]
     # A fresh interpreter's handlers: Ctrl-C is KeyboardInterrupt, SIGPIPE is ignored (a closed
     # reader is an EPIPE), the rest take their default action.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -367,8 +370,8 @@ def _text(fd: int, mode: str, spec: Stream | None) -> io.TextIOWrapper | None:
     if spec is None:
         return None
     buffer = open(fd, mode + "b", closefd=False)  # noqa: SIM115 - a standard stream, never closed
-    buffer.raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]  # type: ignore[union-attr, misc]
-    text = io.TextIOWrapper(buffer, encoding=spec.encoding, errors=spec.errors, newline="\n",  # type: ignore[arg-type]
+    buffer.raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]  # type: ignore[attr-defined]  # a Buffered{Reader,Writer}
+    text = io.TextIOWrapper(buffer, encoding=spec.encoding, errors=spec.errors, newline="\n",
                             line_buffering=spec.line_buffering, write_through=spec.write_through)
     text.mode = mode  # type: ignore[misc]
     return text
