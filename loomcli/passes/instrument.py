@@ -73,7 +73,20 @@ from loomcli.ir.ops import (
     VIEW_SUBVIEW,
     op_names,
 )
-from loomcli.ir.types import BUFFER, ELEMENT_BYTES, I1, I32, I64, INDEX, OFFSET, ScalarType, ShapedType, Type
+from loomcli.ir.types import (
+    BUFFER,
+    ELEMENT_BYTES,
+    I1,
+    I32,
+    I64,
+    INDEX,
+    OFFSET,
+    ScalarType,
+    ShapedType,
+    Type,
+    lane_count,
+    shaped,
+)
 from loomcli.passes.inline import can_inline, inline_call
 from loomcli.passes.rewrite import Rewriter
 from loomcli.semantics.fold import canonical, constant_of, to_literal
@@ -228,7 +241,7 @@ class _KernelInstrumentation:
                 rank = len(self._view_type(op).dims)
                 self.payload = max(self.payload, 3 * rank + 2)
             elif op.opdef is VIEW_SUBVIEW:
-                self.payload = max(self.payload, 3 * len(_shaped(op.result()).dims))
+                self.payload = max(self.payload, 3 * len(shaped(op.result().type).dims))
         self._status_views()
         self._local_record()
         for op in [op for op in self.body.walk_ops() if op.opdef is BUFFER_VIEW or op.opdef is VIEW_SUBVIEW]:
@@ -538,8 +551,8 @@ class _KernelInstrumentation:
         t = self._view_type(op)
         view = op.operand("view")
         prov = self.provenance.get(view)
-        lanes = _lanes(op.results[0]) if op.opdef is VECTOR_LOAD else \
-            _lanes(op.operand("value")) if op.opdef is VECTOR_STORE else 1
+        lanes = lane_count(op.results[0].type) if op.opdef is VECTOR_LOAD else \
+            lane_count(op.operand("value").type) if op.opdef is VECTOR_STORE else 1
         idx = self._indices(op, op)
         extents = prov.extents if prov is not None else self._dims(op, t)
         conds = []
@@ -703,16 +716,3 @@ def _bits(t: Type) -> int:
 
 
 __all__ = ["ACCESSES", "BINARIES", "CHECKED", "RECORD_AT", "KernelProbe", "Site", "instrument"]
-
-
-def _shaped(v: Value) -> ShapedType:
-    """A view's or a vector's type (the verifier saw to it)."""
-    assert isinstance(v.type, ShapedType)
-    return v.type
-
-
-def _lanes(v: Value) -> int:
-    """A vector's lane count (a vector's shape is static)."""
-    lanes = _shaped(v).dims[0]
-    assert isinstance(lanes, int)
-    return lanes
