@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from loomcli.diagnostics import Diagnostic
 from loomcli.ir.core import Module, Operation, Value
 from loomcli.ir.ops import CHECK_EXPECT_CLOSE, CHECK_PARAM_CHOICE, OpTable
-from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, ScalarType, ShapedType, Type, is_float
+from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, ScalarType, ShapedType, Type, is_float, scalar, shaped
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, UndefinedBehavior
 from loomcli.semantics.fold import canonical, float_bits, float_from_bits, round_exact, round_float
 
@@ -319,7 +319,7 @@ class CaseRunner(Evaluator):
     def _tensor_shape(self, op: Operation, env: dict[Value, Any]) -> tuple[int, ...]:
         """The shape of the tensor `op` generates, refused before anything is
         allocated when it would take more than MAX_TENSOR_BYTES."""
-        t = op.results[0].type
+        t = shaped(op.results[0].type)
         shape = self.shape_of(t, env)
         nbytes = math.prod(shape) * ELEMENT_BYTES[t.elem]
         if nbytes > MAX_TENSOR_BYTES:
@@ -328,11 +328,11 @@ class CaseRunner(Evaluator):
         return shape
 
     def _fill(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        t = op.results[0].type
+        t = shaped(op.results[0].type)
         return [fill(t.elem, self._tensor_shape(op, env), op.attr("value"))]
 
     def _iota(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
-        t = op.results[0].type
+        t = shaped(op.results[0].type)
         return [iota(t.elem, self._tensor_shape(op, env), op.attr("offset"), op.attr("step"))]
 
     def _file(self, op: Operation, env: dict[Value, Any]) -> list[Any]:
@@ -340,7 +340,7 @@ class CaseRunner(Evaluator):
         the file that holds the case (17.39), read when the sample runs."""
         from loomcli.check.npy import DataFileError, read_npy
 
-        t = op.results[0].type
+        t = shaped(op.results[0].type)
         shape = self._tensor_shape(op, env)
         written: str = op.attr("path")
         home = getattr(op.loc, "file", None) or self.path
@@ -365,7 +365,7 @@ class CaseRunner(Evaluator):
         if isinstance(actual, Tensor):
             a_values, e_values, shape, elem = actual.values(), expected.values(), actual.shape, actual.elem
         else:
-            a_values, e_values, shape, elem = [actual], [expected], (), t
+            a_values, e_values, shape, elem = [actual], [expected], (), scalar(t)
         if op.opdef is CHECK_EXPECT_CLOSE:
             atol, rtol = float(op.attr("atol")), float(op.attr("rtol"))
             nan_same = str(op.attr("nan", "")) == "same"

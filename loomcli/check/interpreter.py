@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from loomcli.check.cases import SampleFailure, Tensor
 from loomcli.diagnostics import CompileError, Diagnostic
@@ -48,7 +48,20 @@ from loomcli.ir.ops import (
     OpTable,
     ops_with,
 )
-from loomcli.ir.types import BF16, ELEMENT_BYTES, F16, F32, INDEX, OFFSET, ScalarType, ShapedType, is_float
+from loomcli.ir.types import (
+    BF16,
+    ELEMENT_BYTES,
+    F16,
+    F32,
+    INDEX,
+    OFFSET,
+    ScalarType,
+    ShapedType,
+    is_float,
+    lane_count,
+    scalar,
+    shaped,
+)
 from loomcli.semantics.evaluate import MAX_STEPS, EvaluationError, Evaluator, NotEvaluable, UndefinedBehavior
 from loomcli.semantics.fold import (
     CONSTANT_OPS,
@@ -65,6 +78,10 @@ from loomcli.targets.profiles import REFERENCE, Profile
 
 _CODES = {"i1": "B", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "f16": "H", "bf16": "H", "f32": "f", "f64": "d"}
 AXES = {"x": 0, "y": 1, "z": 2}
+
+# The folder of a scalar op the interpreter makes up (`_scalar_op`) folds whatever operands it is
+# given, so it always has results (a folder's None is for operands that are not constants).
+SynthFolder = Callable[[Operation, list[Any], None], list[Any]]
 
 
 class OutOfBounds(EvaluationError):
@@ -384,7 +401,7 @@ class Interpreter:
     def _combine(self, op: Operation, values: list[Any]) -> Any:
         if op.opdef is KERNEL_BARRIER:
             return None
-        fold = self._combiner(op.attr("kind"), op.result().type, op)
+        fold = self._combiner(op.attr("kind"), scalar(op.result().type), op)
         acc = values[0]
         for v in values[1:]:
             acc = fold(acc, v)
@@ -396,7 +413,7 @@ class Interpreter:
             raise ExecFailure("EXEC/002", where, {"why": f"unknown combining kind {kind}"})
         attrs = {"flags": ()} if kind in ("addi", "muli") or is_float(elem) else {}
         synth = _scalar_op(name, elem, attrs, 2)
-        folder = FOLDERS[name]
+        folder = cast(SynthFolder, FOLDERS[name])
 
         def fold(a: Any, b: Any) -> Any:
             try:
@@ -608,7 +625,7 @@ def _coord(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 @handler("buffer.view")
 def _buffer_view(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     buf, off = op.operand("buffer"), op.operand("offset")
-    t = op.results[0].type
+    t = shaped(op.results[0].type)
     dims = it._dims(t)
     elem = t.elem
     name = "%" + op.results[0].name
@@ -628,7 +645,7 @@ def _buffer_view(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _subview(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     src = op.operand("view")
     origin = it._index_getter(op)
-    t = op.results[0].type
+    t = shaped(op.results[0].type)
     dims = it._dims(t)
     name = "%" + op.results[0].name
 
@@ -646,7 +663,7 @@ def _subview(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _view_load(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     src = op.operand("view")
     idx = it._index_getter(op)
-    load, _ = _codec(op.results[0].type)
+    load, _ = _codec(scalar(op.results[0].type))
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[src]
@@ -658,7 +675,7 @@ def _view_load(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _view_store(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     val, dst = op.operand("value"), op.operand("view")
     idx = it._index_getter(op)
-    _, store = _codec(val.type)
+    _, store = _codec(scalar(val.type))
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[dst]
@@ -671,15 +688,16 @@ def _view_store(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _atomic(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     val, dst = op.operand("value"), op.operand("view")
     idx = it._index_getter(op)
-    elem = val.type
+    elem = scalar(val.type)
     load, store = _codec(elem)
     kind = op.attr("kind")
+    combine: Callable[[Any, Any], Any]
     if kind in ("xchgi", "xchgf"):
         def combine(old: Any, x: Any) -> Any:
             return x
     elif kind in ("addi", "subi"):
         # Atomics wrap (no nsw/nuw).
-        folder = FOLDERS[f"scalar.{kind}"]
+        folder = cast(SynthFolder, FOLDERS[f"scalar.{kind}"])
         synth = _scalar_op(f"scalar.{kind}", elem, {"flags": ()}, 2)
 
         def combine(old: Any, x: Any) -> Any:
@@ -736,14 +754,13 @@ def _assume_buffer(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 
 
 def _lanes(op: Operation) -> int:
-    t = op.results[0].type if op.results else op.operands[0].type
-    return int(t.dims[0])
+    return lane_count(op.results[0].type if op.results else op.operands[0].type)
 
 
 @handler("vector.constant")
 def _vconst(it: Interpreter, op: Operation) -> tuple[Any, bool]:
-    t = op.results[0].type
-    out = [tuple([canonical(op.attr("value"), t.elem)] * int(t.dims[0]))]
+    t = shaped(op.results[0].type)
+    out = [tuple([canonical(op.attr("value"), t.elem)] * lane_count(t))]
     return (lambda inv, env: out), False
 
 
@@ -758,7 +775,7 @@ def _splat(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _extract(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     idx = it._index_getter(op)
     src = op.operand("vector")
-    n = int(src.type.dims[0])
+    n = lane_count(src.type)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         (k,) = idx(env)
@@ -772,7 +789,7 @@ def _extract(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _insert(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     x, src = op.operand("value"), op.operand("vector")
     idx = it._index_getter(op)
-    n = int(src.type.dims[0])
+    n = lane_count(src.type)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         (k,) = idx(env)
@@ -787,7 +804,7 @@ def _insert(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 @handler("vector.reduce")
 def _vreduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     vec, init = op.operand("vector"), op.operand("init")
-    combine = it._combiner(op.attr("kind"), op.result().type, op)
+    combine = it._combiner(op.attr("kind"), scalar(op.result().type), op)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         acc = env[init]
@@ -800,12 +817,12 @@ def _vreduce(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 @handler("vector.fmaf", "vector.addf", "vector.mulf", "vector.addi", "vector.muli")
 def _lanewise(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     sname = "scalar." + op.opdef.name[len("vector."):]
-    elem = op.results[0].type.elem
+    elem = shaped(op.results[0].type).elem
     attrs = dict(op.attr_items())
     if sname in ("scalar.addi", "scalar.muli", "scalar.subi"):
         attrs.setdefault("flags", ())
     synth = _scalar_op(sname, elem, attrs, len(op.operands))
-    folder = FOLDERS[sname]
+    folder = cast(SynthFolder, FOLDERS[sname])
     operands = op.operands
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
@@ -818,7 +835,7 @@ def _vload(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     src = op.operand("view")
     idx = it._index_getter(op)
     n = _lanes(op)
-    load, _ = _codec(op.results[0].type.elem)
+    load, _ = _codec(shaped(op.results[0].type).elem)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[src]
@@ -834,7 +851,7 @@ def _vload(it: Interpreter, op: Operation) -> tuple[Any, bool]:
 def _vstore(it: Interpreter, op: Operation) -> tuple[Any, bool]:
     val, dst = op.operand("value"), op.operand("view")
     idx = it._index_getter(op)
-    _, store = _codec(val.type.elem)
+    _, store = _codec(shaped(val.type).elem)
 
     def run(inv: Invocation, env: dict[Value, Any]) -> Any:
         v: View = env[dst]

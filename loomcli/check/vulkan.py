@@ -279,8 +279,9 @@ class VulkanRunner:
                 raise DeviceError(f"Vulkan device lost during {what}")
             raise DeviceError(f"Vulkan {what} failed: {name}")
 
-    def _new(self, ctype: str, fields: dict[str, Any] | None = None) -> Any:
-        obj = self.ffi.new(ctype, fields or {})
+    def _new(self, ctype: str, init: Any = None) -> Any:
+        """A cffi object kept alive as long as the runner: a struct's fields, an array's items, a scalar."""
+        obj = self.ffi.new(ctype) if init is None else self.ffi.new(ctype, init)
         self._keep.append(obj)
         return obj
 
