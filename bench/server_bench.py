@@ -60,11 +60,12 @@ def sides(variants: dict[str, Callable[[], Times]]) -> dict[str, Callable[[], Ti
 
 
 def served_cpu() -> float:
-    """CPU seconds the server's children (the served commands) have used: the
-    ended ones, and those still alive (a warm child waits for its next command)."""
+    """CPU seconds the server and its children (the served commands) have
+    used: the ended ones, and those still alive (a warm child waits for its
+    next command)."""
     ticks = 0
     for pid in SERVERS:
-        ticks += sum(_times(pid)[2:])  # cutime, cstime: its ended children
+        ticks += sum(_times(pid))  # its own (reading requests, checking native ones) and its ended children
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         for child in children:
             try:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # System tools the test suite uses (Debian/Ubuntu):
+#   gcc, libc6-dev                   a C compiler: loom server client builds the native client (tests/test_native_client.py)
 #   libvulkan1, mesa-vulkan-drivers  the Vulkan loader and lavapipe, a CPU Vulkan device for `loom test`
 #   spirv-tools                      spirv-val / spirv-dis, to validate emitted SPIR-V
 #   llvm-19, lld-19                  llvm-readelf / llvm-objdump / ld.lld, to check emitted code objects
@@ -9,7 +10,7 @@
 # Packages already installed are left alone; nothing is done on other systems.
 set -euo pipefail
 
-packages=(libvulkan1 mesa-vulkan-drivers spirv-tools llvm-19 lld-19 bazel-bootstrap debootstrap postgresql)
+packages=(gcc libc6-dev libvulkan1 mesa-vulkan-drivers spirv-tools llvm-19 lld-19 bazel-bootstrap debootstrap postgresql)
 
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: no apt-get here; install the equivalents of: ${packages[*]}" >&2

@@ -89,6 +89,9 @@ if "server" in sys.orig_argv and "run" in sys.orig_argv:
 '''
 
 
+LOOM = [sys.executable, "-m", "loomcli"]
+
+
 @dataclass
 class Loom:
     """loom with a private runtime folder; `served` runs with LOOM_SERVER unset."""
@@ -98,12 +101,13 @@ class Loom:
     servers: Path  # one empty file per server process started (named by its pid)
 
     def run(self, *args: str, cwd: Path | None = None, mode: str | None = None, stdin: bytes | None = None,
-            **extra: str) -> subprocess.CompletedProcess[bytes]:
+            program: list[str] | None = None, **extra: str) -> subprocess.CompletedProcess[bytes]:
+        """`loom ARGS` (`program`: another command line that stands for loom)."""
         env = dict(self.env, **extra)
         if mode is not None:
             env["LOOM_SERVER"] = mode
         # Never this checkout's folder: `python -m` would import loom from it, whatever PYTHONPATH says.
-        return subprocess.run([sys.executable, "-m", "loomcli", *args], cwd=cwd or self.runtime, env=env,
+        return subprocess.run([*(program or LOOM), *args], cwd=cwd or self.runtime, env=env,
                               input=stdin, capture_output=True, timeout=300)
 
     def status(self) -> dict:
@@ -217,15 +221,16 @@ VARYING = re.compile(rb"in \d+\.\d+ ?m?s")  # a build's summary says how long it
 Outcome = tuple[int, bytes, bytes, dict[str, bytes]]
 
 
-def outcome(loom: Loom, root: Path, name: str, mode: str) -> Outcome:
-    """CASES[name] run in a fresh workspace under `root` (LOOM_SERVER=`mode`, "" unset):
-    its exit code, stdout, stderr and files, less what differs from run to run anyway."""
+def outcome(loom: Loom, root: Path, name: str, mode: str, program: list[str] | None = None) -> Outcome:
+    """CASES[name] run in a fresh workspace under `root` (LOOM_SERVER=`mode`, "" unset; by
+    `program`, if given): its exit code, stdout, stderr and files, less what differs from run to
+    run anyway."""
     args = CASES[name]
     stdin = (SAMPLES / "saxpy.loom").read_bytes() if "-" in args[:2] else None
     shutil.rmtree(root / "ws", ignore_errors=True)
     work = workspace(root / "ws")  # the same paths every time: depfiles and modules name them
     before = loom.requests()
-    r = loom.run(*args, cwd=work, mode=mode or None, stdin=stdin)
+    r = loom.run(*args, cwd=work, mode=mode or None, stdin=stdin, program=program)
     assert loom.requests() - before == (1 if not mode else 0)
     trace = work / "out" / "t.json"
     if trace.exists():  # times and pids differ; what ran does not
@@ -377,13 +382,15 @@ def test_the_template_rehearsal_compiles_for_each_generator() -> None:
 # ---------------------------------------------------------------- clients that go away, signals, crashes
 
 
-def blocked(loom: Loom, tmp_path: Path, hook: str = "block") -> tuple[subprocess.Popen[bytes], Path, int]:
-    """A served compile stopped inside its compile (see HOOK): the client, the output folder, the child's pid."""
+def blocked(loom: Loom, tmp_path: Path, hook: str = "block",
+            program: list[str] | None = None) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """A served compile stopped inside its compile (see HOOK): the client (`program`, else
+    loom), the output folder, the child's pid."""
     work = workspace(tmp_path / "blocked")
     marks = tmp_path / "marks"
     marks.mkdir()
     env = dict(loom.env, LOOM_TEST_HOOK_DIR=str(marks), LOOM_TEST_HOOK=hook)
-    client = subprocess.Popen([sys.executable, "-m", "loomcli", "compile", SAXPY, "--target", "spirv:vulkan1.3",
+    client = subprocess.Popen([*(program or LOOM), "compile", SAXPY, "--target", "spirv:vulkan1.3",
                                "-o", "out/k.spv", "-MD"], cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
     wait_for(lambda: (marks / "started").exists() and (marks / "started").read_text(), "the command to start")

@@ -73,6 +73,30 @@ endif()
 # sets NAME for that command alone: nothing else is started. A value with a space would be
 # quoted, and so no longer an assignment; that, and any other generator, takes env(1) (a
 # millisecond an exec, which the shell spares) or `cmake -E env` (ten).
+# With the server in use, the commands call loom's native client (`loom server client`, built
+# here once per configure with the project's C compiler, else cc, gcc or clang): it hands a
+# command to the server without starting Python, 7 to 8 ms less a command, and runs everything
+# else through loom itself. No C compiler, or -DLOOM_NATIVE_CLIENT=OFF: loom itself.
+option(LOOM_NATIVE_CLIENT "Call loom's native client, which skips Python's start-up for a served command" ON)
+mark_as_advanced(LOOM_NATIVE_CLIENT)
+set(_loom_program "$<TARGET_FILE:Loom::loom>")
+if(_loom_settings AND LOOM_USE_SERVER AND LOOM_NATIVE_CLIENT AND UNIX AND NOT CMAKE_HOST_APPLE)
+  set(_loom_client "${CMAKE_BINARY_DIR}/CMakeFiles/loom/loom-client")
+  set(_loom_cc)
+  if(CMAKE_C_COMPILER)
+    set(_loom_cc --cc "${CMAKE_C_COMPILER}")
+  endif()
+  file(MAKE_DIRECTORY "${CMAKE_BINARY_DIR}/CMakeFiles/loom")
+  execute_process(COMMAND "${LOOM_EXECUTABLE}" server client -o "${_loom_client}" --launcher "${LOOM_EXECUTABLE}"
+                          ${_loom_cc}
+                  RESULT_VARIABLE _loom_built ERROR_VARIABLE _loom_why OUTPUT_QUIET)
+  if(_loom_built EQUAL 0)
+    set(_loom_program "${_loom_client}")
+  else()
+    string(STRIP "${_loom_why}" _loom_why)
+    message(STATUS "Loom: no native client (${_loom_why}); commands call loom itself")
+  endif()
+endif()
 set(_LOOM_COMMAND Loom::loom)
 if(_loom_settings)
   set(_loom_words ON)
@@ -82,14 +106,14 @@ if(_loom_settings)
     endif()
   endforeach()
   if(UNIX AND _loom_words AND CMAKE_GENERATOR MATCHES "^(Ninja|Ninja Multi-Config|Unix Makefiles)$")
-    set(_LOOM_COMMAND ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+    set(_LOOM_COMMAND ${_loom_settings} "${_loom_program}")
   else()
     find_program(LOOM_ENV_EXECUTABLE NAMES env DOC "env(1), to set loom's environment for its commands")
     mark_as_advanced(LOOM_ENV_EXECUTABLE)
     if(LOOM_ENV_EXECUTABLE)
-      set(_LOOM_COMMAND "${LOOM_ENV_EXECUTABLE}" ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+      set(_LOOM_COMMAND "${LOOM_ENV_EXECUTABLE}" ${_loom_settings} "${_loom_program}")
     else()
-      set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env ${_loom_settings} "$<TARGET_FILE:Loom::loom>")
+      set(_LOOM_COMMAND "${CMAKE_COMMAND}" -E env ${_loom_settings} "${_loom_program}")
     endif()
   endif()
 endif()

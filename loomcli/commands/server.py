@@ -114,6 +114,59 @@ def status(as_json: bool) -> int:
 
 
 @server.command()
+@click.option("-o", "--output", required=True, metavar="PATH", help="Where the program is written.")
+@click.option("--launcher", metavar="PATH",
+              help="The loom program it stands in for (default: the one running this command).")
+@click.option("--cc", metavar="COMPILER", help="The C compiler (default: $CC, else cc, gcc or clang).")
+def client(output: str, launcher: str | None, cc: str | None) -> int:
+    """Build the native client: a program that hands a served command to the
+    server without starting Python (a build system's commands call it as
+    they would call loom). It runs everything it does not hand over, and
+    every command no server takes, through the launcher."""
+    import shlex
+    import shutil
+    import subprocess
+
+    from loomcli.runtime import served
+
+    if launcher is None:
+        launcher = served.launcher()
+        if launcher is None:
+            raise UsageError("cannot tell which loom program runs this; pass --launcher")
+    launcher = os.path.abspath(launcher)
+    if not (os.path.isfile(launcher) and os.access(launcher, os.X_OK)):
+        raise UsageError(f"--launcher {launcher}: not an executable file")
+    words = shlex.split(cc or os.environ.get("CC", "")) or \
+        next(([found] for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), [])
+    if not words:
+        raise LoomError("no C compiler to build the native client with (cc, gcc or clang; or set CC)", 3)
+    source = os.path.join(os.path.dirname(os.path.abspath(served.__file__)), "client.c")
+    with open(source, "rb") as f:
+        text = b'#define LOOM_LAUNCHER "' + _c_string(os.fsencode(launcher)) + b'"\n#line 1 "client.c"\n' + f.read()
+    output = os.path.abspath(output)
+    temporary = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.{os.getpid()}.tmp")
+    try:
+        r = subprocess.run([*words, "-O2", "-x", "c", "-", "-o", temporary], input=text, capture_output=True)
+    except OSError as e:
+        raise LoomError(f"cannot run the C compiler {words[0]}: {e.strerror}", 3) from None
+    try:
+        if r.returncode != 0:
+            tail = r.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise LoomError(f"the C compiler {words[0]} failed on the native client: " + " / ".join(tail), 3)
+        os.chmod(temporary, 0o755)
+        os.replace(temporary, output)
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+    return 0
+
+
+def _c_string(data: bytes) -> bytes:
+    """`data` as the inside of a C string literal (octal escapes: never read on into a next digit)."""
+    return b"".join(bytes([c]) if 0x20 <= c < 0x7F and c not in b'"\\?' else b"\\%03o" % c for c in data)
+
+
+@server.command()
 @click.option("--all", "every", is_flag=True, help="Stop every server of this user (any loom build).")
 def stop(every: bool) -> int:
     """Stop this loom's server once its running commands end; wait until it has exited."""
@@ -168,7 +221,8 @@ def _stop(place: str, key: str) -> int | None:
               help="Exit after this many seconds without a command (default: LOOM_SERVER_IDLE, else 600).")
 @click.option("--lock-fd", type=int, hidden=True)
 @click.option("--ready-fd", type=int, hidden=True)
-def run(idle: str | None, lock_fd: int | None, ready_fd: int | None) -> int:
+@click.option("--launcher", hidden=True, help="The `loom` script the starter ran (for the native client).")
+def run(idle: str | None, lock_fd: int | None, ready_fd: int | None, launcher: str | None) -> int:
     """Be this loom's server, in the foreground (Ctrl-C stops it)."""
     import fcntl
 
@@ -199,13 +253,14 @@ def run(idle: str | None, lock_fd: int | None, ready_fd: int | None) -> int:
                 click.echo(f"loom server: running already (pid {doc['pid']})", err=True)
                 return 0
             raise LoomError(f"{place}: cannot take this loom's server lock", 3)
+        native = resident.Native.of(launcher, os.environ.pop(served.ENV_ORIGIN, None))
         os.chdir("/")
         group = click.get_current_context().find_root().command
         prepare(group)
         if server_key() != key:
             raise LoomError("loom's code changed while the server started", 3)
         describe = {"version": __version__, "code_hash": compiler_fingerprint()}
-        instance = resident.Server(place, key, describe, command_line(group), timeout, lock)
+        instance = resident.Server(place, key, describe, command_line(group), timeout, lock, native)
         instance.listen()
     except BaseException as e:
         report(f"error: {e}")

@@ -25,6 +25,7 @@ The lock (`served.take_lock`) is held for the process's whole life.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import select
@@ -89,9 +90,107 @@ class Orphan:
     deadline: float
 
 
+@dataclass(frozen=True)
+class Native:
+    """What a native client's request (`client.c`) must match to be run, as
+    the server's starter had it: the launcher it ran (and that file's stat
+    data), its environment that shapes Python (`served.shapes_python`), and
+    the wrapping its interpreter gave the standard streams, which the
+    client cannot say (it is not Python): (encoding, errors) of stdin,
+    stdout and stderr, and whether they were buffered (not `-u`)."""
+
+    launcher: bytes
+    stamp: tuple[int, int, int, int]
+    origin: dict[bytes, bytes]
+    streams: tuple[tuple[str, str], ...]
+    buffered: bool
+
+    @classmethod
+    def of(cls, launcher: str | None, origin: str | None) -> Native | None:
+        """For a server started through `launcher` by a client whose
+        environment was `origin` (JSON; None: this process's); None if none."""
+        if launcher is None:
+            return None
+        try:
+            st = os.stat(launcher)
+            given = json.loads(origin) if origin is not None else {
+                k: v for k, v in os.environ.items() if served.shapes_python(k)}
+            env = {os.fsencode(k): os.fsencode(v) for k, v in given.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+        wrappers = [s for s in (sys.stdin, sys.stdout, sys.stderr)
+                    if isinstance(s, io.TextIOWrapper) and isinstance(s.errors, str)]
+        if len(wrappers) != 3:  # not what the interpreter made: what a client's makes cannot be told
+            return None
+        return cls(os.fsencode(launcher), _stamp(st), env, tuple((w.encoding, str(w.errors)) for w in wrappers),
+                   not wrappers[1].write_through)
+
+    def run_tokens(self, key: bytes, tokens: list[bytes], fds: list[int]) -> list[bytes]:
+        """A native request's tokens (after the operation: the launcher, the
+        umask, the open standard streams' numbers, then as `run`) as the
+        `run` request the launcher's loom would have sent; `Refused` if it
+        would not have come here or would have said something else."""
+        try:
+            launcher, umask, present, *rest = tokens
+            numbers = [int(n) for n in present.split(b",")] if present else []
+            jobs = int(rest[0])
+            argc = int(rest[1 + jobs])
+            envc = int(rest[2 + jobs + argc])
+            env_items = rest[3 + jobs + argc:]
+        except (ValueError, IndexError):
+            raise Refused("malformed request") from None
+        if launcher != self.launcher or numbers != sorted(set(numbers)) or not set(numbers) <= {0, 1, 2} \
+                or len(fds) < 1 + len(numbers) or jobs < 0 or argc < 0 or envc != len(env_items):
+            raise Refused("not a request this server can take")
+        try:
+            if _stamp(os.stat(self.launcher)) != self.stamp:
+                raise Refused("the launcher changed")
+        except OSError:
+            raise Refused("the launcher is gone") from None
+        from loomcli.service.fingerprint import server_key
+
+        if server_key() != key.decode():  # loom's code or llvmlite changed, or too recently to judge
+            raise Refused("loom changed")
+        env = dict(item.partition(b"=")[::2] for item in env_items)
+        added = _coerced_locale(env, self.origin)
+        if {k: v for k, v in env.items() if served.shapes_python(os.fsdecode(k))} != self.origin:
+            raise Refused("another interpreter environment")
+        streams: list[bytes] = []
+        for n in range(3):
+            if n not in numbers:
+                streams += [b"", b"", b"", b""]
+                continue
+            encoding, errors = self.streams[n]
+            line = self.buffered and (n == 2 or os.isatty(fds[1 + numbers.index(n)]))
+            streams += [encoding.encode(), errors.encode(), b"1" if line else b"0", b"0" if self.buffered else b"1"]
+        if added is not None:
+            rest = [*rest[:2 + jobs + argc], str(envc + 1).encode(), *env_items, added]
+        return [served.MAGIC, key, b"run", umask, *streams, *rest]
+
+
+# Python's locale coercion (PEP 538): under the C locale it sets LC_CTYPE to the first of these it can use.
+_COERCED = (b"C.UTF-8", b"C.utf8", b"UTF-8")
+
+
+def _coerced_locale(env: dict[bytes, bytes], origin: dict[bytes, bytes]) -> bytes | None:
+    """The `LC_CTYPE=...` item the launcher's interpreter would have added to
+    `env` (and is added to it), as the starter's did; None if none."""
+    if env.get(b"LC_ALL") or env.get(b"PYTHONCOERCECLOCALE") in (b"0", b"warn") or b"LC_CTYPE" in env:
+        return None
+    target = origin.get(b"LC_CTYPE", b"")
+    if (env.get(b"LANG") or b"C") in (b"C", b"POSIX") and target in _COERCED:
+        env[b"LC_CTYPE"] = target
+        return b"LC_CTYPE=" + target
+    return None
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
 class Server:
     def __init__(self, place: str, key: str, describe: dict[str, Any], run: Callable[[list[str]], Any],
-                 idle: float, lock: int) -> None:
+                 idle: float, lock: int, native: Native | None = None) -> None:
         self.place = place
         self.key = key
         self.describe = describe  # version, code_hash: what `status` says besides the counters
@@ -99,6 +198,8 @@ class Server:
         self.idle = idle
         self.lock = lock
         self.path = served.socket_path(place, key)
+        self.native = native
+        self.link = served.launcher_link(place, os.fsdecode(native.launcher)) if native is not None else None
         self.started = time.monotonic()
         self.requests = 0
         self.listener: socket.socket | None = None
@@ -135,7 +236,27 @@ class Server:
         sock.setblocking(False)
         self.listener = sock
         self.poller.register(sock, select.POLLIN)
+        if self.link is not None:  # the native client's way in: this server now answers for the launcher
+            temporary = f"{self.link}.{os.getpid()}"
+            try:
+                os.symlink(os.path.basename(self.path), temporary)
+                os.replace(temporary, self.link)
+            except OSError:
+                self.link = None
         self._refill()
+
+    def _unlink(self) -> None:
+        """Remove the socket, and the launcher's link if it is still ours."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        if self.link is not None:
+            try:
+                if os.readlink(self.link) == os.path.basename(self.path):
+                    os.unlink(self.link)
+            except OSError:
+                pass
 
     def serve(self) -> None:
         """Serve until stopped or idle; then clean up."""
@@ -195,10 +316,7 @@ class Server:
             self.poller.unregister(self.listener)
             self.listener.close()
             self.listener = None
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            self._unlink()
         for conn in list(self.connections.values()):
             if conn.pid is None and not conn.stopper:
                 self._refuse(conn)
@@ -208,10 +326,7 @@ class Server:
         self._drop_warm()
         if self.listener is not None:
             self.listener.close()
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            self._unlink()
         for pidfd in list(self.children) + list(self.orphans):  # only on an error of the loop itself
             _signal(pidfd, signal.SIGKILL)
         try:
@@ -314,6 +429,9 @@ class Server:
             self._refuse(conn)
 
     def _request(self, conn: Connection, tokens: list[bytes]) -> None:
+        if len(tokens) >= 3 and tokens[:3] == [served.MAGIC, b"", b"native"] and self.native is not None \
+                and not self.stopping:
+            tokens = self.native.run_tokens(self.key.encode(), tokens[3:], conn.fds)
         if len(tokens) < 3 or tokens[0] != served.MAGIC or tokens[1] != self.key.encode():
             raise Refused("not a request for this server")
         op = tokens[2]

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 MAGIC = b"loom-serve-1"
 ENV_MODE = "LOOM_SERVER"
 ENV_IDLE = "LOOM_SERVER_IDLE"
+ENV_ORIGIN = "LOOM_SERVER_ORIGIN"  # the starter's `shapes_python` environment, as JSON (`start`)
 MODES = ("auto", "off")
 DEFAULT_IDLE = 600
 MAX_IDLE = 7 * 24 * 3600
@@ -94,6 +95,37 @@ def private(path: str) -> bool:
 
 def socket_path(place: str, key: str) -> str:
     return os.path.join(place, f"{key}.sock")
+
+
+def launcher_link(place: str, launcher: str) -> str:
+    """Where the server started through `launcher` (a `loom` script) links
+    its socket for the native client (`client.c`), which cannot compute a
+    key: named by the FNV-1a hash of the launcher's path."""
+    h = 0xcbf29ce484222325
+    for byte in os.fsencode(launcher):
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(place, f"launcher-{h:016x}.via")
+
+
+# The environment that shapes the interpreter a launcher starts (its paths,
+# flags and stream encodings): a native request runs only if its own is the
+# server's starter's (`resident.Server.native`).
+def shapes_python(name: str) -> bool:
+    return name.startswith(("PYTHON", "LANG", "LC_"))
+
+
+def launcher() -> str | None:
+    """This process's `loom` script, if it was started through one (a file
+    beginning with `#!`, as a console script is): the native client's
+    stand-in runs it."""
+    path = sys.argv[0] if sys.argv else ""
+    if not path.startswith("/"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            return path if f.read(2) == b"#!" else None
+    except OSError:
+        return None
 
 
 def lock_path(place: str, key: str) -> str:
@@ -273,8 +305,14 @@ def start(place: str, key: str, idle: int, ready: int | None = None) -> bool:
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", ENV_MODE)}
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        import json
+
+        env[ENV_ORIGIN] = json.dumps({k: v for k, v in os.environ.items() if shapes_python(k)})
         argv = [sys.executable, *subprocess._args_from_interpreter_flags(), "-P", "-m", "loomcli",  # type: ignore[attr-defined]
                 "server", "run", "--idle-timeout", str(idle), "--lock-fd", str(lock)]
+        script = launcher()
+        if script is not None:
+            argv += ["--launcher", script]
         keep = [lock]
         if ready is not None:
             argv += ["--ready-fd", str(ready)]
