@@ -33,6 +33,7 @@ from test_server import (
     ended,
     loom,
     outcome,
+    signal_reaches_the_command,
     wait_for,
     workspace,
 )
@@ -193,14 +194,7 @@ def test_a_killed_native_client_ends_its_command_and_the_server_serves_on(native
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, -signal.SIGHUP)])
 def test_signals_reach_the_natively_served_command(native: Native, tmp_path: Path, sig: int, code: int) -> None:
     native.start()
-    client, work, child = blocked(native.loom, tmp_path, program=[str(native.program)])
-    client.send_signal(sig)
-    _, err = client.communicate(timeout=120)
-    assert client.returncode == code, err
-    if code == 130:
-        assert err.decode().strip().endswith("loom: error: interrupted")
-    wait_for(lambda: ended(child), "the command to end")
-    assert list((work / "out").iterdir()) == []
+    signal_reaches_the_command(native.loom, tmp_path, sig, code, program=[str(native.program)])
 
 
 def test_a_crashed_natively_served_command_is_its_exit_3(native: Native, tmp_path: Path) -> None:

@@ -416,7 +416,13 @@ def test_signals_reach_the_command(loom: Loom, tmp_path: Path, sig: int, code: i
     """Ctrl-C and SIGTERM take loom's interrupt path (exit 130, nothing written); SIGHUP's
     default action ends the command and then the client by the same signal."""
     loom.start()
-    client, work, child = blocked(loom, tmp_path)
+    signal_reaches_the_command(loom, tmp_path, sig, code)
+
+
+def signal_reaches_the_command(loom: Loom, tmp_path: Path, sig: int, code: int,
+                               program: list[str] | None = None) -> None:
+    """A blocked served compile (by `program`, else loom) sent `sig` ends with `code`, writing nothing."""
+    client, work, child = blocked(loom, tmp_path, program=program)
     client.send_signal(sig)
     _, err = client.communicate(timeout=120)
     assert client.returncode == code, err
