@@ -41,6 +41,8 @@ VARIABLES = {
     "LOOM_BUILD_TOOL": "set by the CMake package where CMake cannot mark commands for make's jobserver",
     "LOOM_SERVER": "auto/off: whether loom starts or uses a resident server (unset: use a running one)",
     "LOOM_SERVER_IDLE": "seconds a resident server waits without a command before it exits (1 to 604800)",
+    "LOOM_SERVER_ORIGIN": "set by loom for the resident server it starts: its starter's Python environment",
+    "CC": "the C compiler `loom server client` builds the native client with (default cc, gcc or clang)",
     "PTXAS": "the ptxas that builds cubins",
     "PATH": "where ptxas is looked for when PTXAS is unset and no nvidia-cuda-nvcc package is installed",
     "NO_COLOR": "no colour in the live build display",

@@ -253,7 +253,7 @@ def run(idle: str | None, lock_fd: int | None, ready_fd: int | None, launcher: s
                 click.echo(f"loom server: running already (pid {doc['pid']})", err=True)
                 return 0
             raise LoomError(f"{place}: cannot take this loom's server lock", 3)
-        native = resident.Native.of(launcher, os.environ.pop(served.ENV_ORIGIN, None))
+        native = resident.Native.of(launcher, os.environ.pop(served.ENV_ORIGIN, None), server_key)
         os.chdir("/")
         group = click.get_current_context().find_root().command
         prepare(group)

@@ -97,16 +97,19 @@ class Native:
     data), its environment that shapes Python (`served.shapes_python`), and
     the wrapping its interpreter gave the standard streams, which the
     client cannot say (it is not Python): (encoding, errors) of stdin,
-    stdout and stderr, and whether they were buffered (not `-u`)."""
+    stdout and stderr, and whether they were buffered (not `-u`). `key`
+    recomputes the server key for loom's code as it is on disk now (the
+    runtime knows no compiler: the command layer hands it in)."""
 
     launcher: bytes
     stamp: tuple[int, int, int, int]
     origin: dict[bytes, bytes]
     streams: tuple[tuple[str, str], ...]
     buffered: bool
+    key: Callable[[], str | None]
 
     @classmethod
-    def of(cls, launcher: str | None, origin: str | None) -> Native | None:
+    def of(cls, launcher: str | None, origin: str | None, key: Callable[[], str | None]) -> Native | None:
         """For a server started through `launcher` by a client whose
         environment was `origin` (JSON; None: this process's); None if none."""
         if launcher is None:
@@ -123,7 +126,7 @@ class Native:
         if len(wrappers) != 3:  # not what the interpreter made: what a client's makes cannot be told
             return None
         return cls(os.fsencode(launcher), _stamp(st), env, tuple((w.encoding, str(w.errors)) for w in wrappers),
-                   not wrappers[1].write_through)
+                   not wrappers[1].write_through, key)
 
     def run_tokens(self, key: bytes, tokens: list[bytes], fds: list[int]) -> list[bytes]:
         """A native request's tokens (after the operation: the launcher, the
@@ -147,9 +150,7 @@ class Native:
                 raise Refused("the launcher changed")
         except OSError:
             raise Refused("the launcher is gone") from None
-        from loomcli.service.fingerprint import server_key
-
-        if server_key() != key.decode():  # loom's code or llvmlite changed, or too recently to judge
+        if self.key() != key.decode():  # loom's code or llvmlite changed, or too recently to judge
             raise Refused("loom changed")
         env = dict(item.partition(b"=")[::2] for item in env_items)
         added = _coerced_locale(env, self.origin)
