@@ -5,8 +5,9 @@
 Each round runs every variant of a row once, in a rotating order, so a
 machine shared with other work slows all of them alike; the medians and
 their ratios are printed. `before` is loom in its own process
-(LOOM_SERVER=off), `after` is loom served by a warm server; `--sides after`
-leaves the own-process runs out (the anchors always run).
+(LOOM_SERVER=off), `after` is loom served by a warm server, through `loom`
+and (one kernel rows) through the native client (`loom server client`);
+`--sides after` leaves the own-process runs out (the anchors always run).
   hsaco   one kernel -> .hsaco, the whole process   vs clang-19 -x cl (bench/saxpy.cl)
   spv     one kernel -> .spv, the whole process     vs glslc (bench/saxpy.comp)
   cmake   CMake + Ninja -j2, 100 loom_add_kernels sets of one kernel, cache off
@@ -146,6 +147,9 @@ def main() -> None:
         status = subprocess.run([str(launcher), "server", "status", "--json"], env=on, check=True,
                                 capture_output=True, text=True)
         SERVERS.append(int(json.loads(status.stdout)["pid"]))
+        client = str(folder / "loom-client")  # the native client, as the CMake package builds it
+        subprocess.run([str(launcher), "server", "client", "-o", client, "--launcher", str(launcher)], env=on,
+                       check=True)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the start")
         try:
             loom = str(launcher)
@@ -159,7 +163,8 @@ def main() -> None:
                 med = paired(sides({
                     "clang-19": lambda: run([*CLANG, str(BENCH / "saxpy.cl"), "-o", "c.hsaco"], folder, off),
                     "loom before (own process)": lambda: run(hs, folder, off),
-                    "loom after (warm server)": lambda: run(hs, folder, on)}), args.repeat)
+                    "loom after (warm server)": lambda: run(hs, folder, on),
+                    "loom after (native client)": lambda: run([client, *hs[1:]], folder, on)}), args.repeat)
                 report("one kernel -> .hsaco, whole process", med, "clang-19")
             if "spv" in rows:
                 sp = [loom, "compile", saxpy, "--target", "spirv:vulkan1.3", "-o", "s.spv"]
@@ -167,7 +172,8 @@ def main() -> None:
                     "glslc": lambda: run(["glslc", "--target-env=vulkan1.3", str(BENCH / "saxpy.comp"), "-o", "g.spv"],
                                          folder, off),
                     "loom before (own process)": lambda: run(sp, folder, off),
-                    "loom after (warm server)": lambda: run(sp, folder, on)}), args.repeat)
+                    "loom after (warm server)": lambda: run(sp, folder, on),
+                    "loom after (native client)": lambda: run([client, *sp[1:]], folder, on)}), args.repeat)
                 report("one kernel -> .spv, whole process", med, "glslc")
             if "cmake" in rows:
                 cmake_row(folder, loom, on, off, args.repeat)

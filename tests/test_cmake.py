@@ -261,6 +261,13 @@ def test_loom_use_server_says_how_commands_run(use_server: str, tmp_path: Path) 
     commands = [line for line in (build / "build.ninja").read_text().splitlines() if " compile " in line]
     assert len(commands) == COMPILE_COMMANDS
     assert all(("LOOM_SERVER=auto" in line) == (use_server == "ON") for line in commands)
+    # With the server, the commands call the native client the configure step built, and a loom
+    # whose client source changed (an upgrade) re-runs that step, which builds it anew.
+    client = str(build / "CMakeFiles" / "loom" / "loom-client")
+    assert all((client in line) == (use_server == "ON") for line in commands)
+    rerun = next(line for line in (build / "build.ninja").read_text().splitlines()
+                 if line.startswith("build build.ninja") and "RERUN_CMAKE" in line)
+    assert ("runtime/client.c" in rerun) == (use_server == "ON"), rerun
 
 
 def test_cmake_reports_a_source_error_once_and_the_jobserver_once_and_runs_ctest(tmp_path: Path) -> None:

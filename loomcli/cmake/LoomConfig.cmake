@@ -92,6 +92,12 @@ if(_loom_settings AND LOOM_USE_SERVER AND LOOM_NATIVE_CLIENT AND UNIX AND NOT CM
                   RESULT_VARIABLE _loom_built ERROR_VARIABLE _loom_why OUTPUT_QUIET)
   if(_loom_built EQUAL 0)
     set(_loom_program "${_loom_client}")
+    # A loom upgrade that changes the client's side of the protocol re-runs this configure step,
+    # which builds the client anew (an older client would still be right: the server refuses
+    # what it cannot take, and the client then runs loom itself, without the time it saves).
+    if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/../runtime/client.c")
+      set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_CURRENT_LIST_DIR}/../runtime/client.c")
+    endif()
   else()
     string(STRIP "${_loom_why}" _loom_why)
     message(STATUS "Loom: no native client (${_loom_why}); commands call loom itself")
