@@ -239,5 +239,11 @@ def test_building_the_client_needs_a_launcher_and_a_compiler(loom: Loom, tmp_pat
     r = loom.run("server", "client", "-o", str(out), "--launcher", str(launcher), "--cc", str(tmp_path / "no-cc"))
     assert r.returncode == 3 and b"cannot run the C compiler" in r.stderr
     r = loom.run("server", "client", "-o", str(out), "--launcher", str(launcher), "--cc", "false")
-    assert r.returncode == 3 and b"failed on the native client" in r.stderr
+    assert (r.returncode, r.stderr) == (3, b"loom: error: the C compiler false failed on the native client: "
+                                           b"exit status 1\n")
+    # The program is published like any output: a folder or a missing parent is one line, exit 3.
+    for target, why in [(tmp_path / "bin", b"Is a directory"), (tmp_path / "none" / "client", b"No such file")]:
+        r = loom.run("server", "client", "-o", str(target), "--launcher", str(launcher))
+        assert r.returncode == 3 and r.stderr.startswith(b"loom: error: ") and why in r.stderr, r.stderr
+        assert r.stderr.count(b"\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "hooks", "servers"]  # nothing partial

@@ -126,7 +126,9 @@ def client(output: str, launcher: str | None, cc: str | None) -> int:
     import shlex
     import shutil
     import subprocess
+    import tempfile
 
+    from loomcli.errors import atomic_write
     from loomcli.runtime import served
 
     if launcher is None:
@@ -143,21 +145,20 @@ def client(output: str, launcher: str | None, cc: str | None) -> int:
     source = os.path.join(os.path.dirname(os.path.abspath(served.__file__)), "client.c")
     with open(source, "rb") as f:
         text = b'#define LOOM_LAUNCHER "' + _c_string(os.fsencode(launcher)) + b'"\n#line 1 "client.c"\n' + f.read()
-    output = os.path.abspath(output)
-    temporary = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.{os.getpid()}.tmp")
-    try:
-        r = subprocess.run([*words, "-O2", "-x", "c", "-", "-o", temporary], input=text, capture_output=True)
-    except OSError as e:
-        raise LoomError(f"cannot run the C compiler {words[0]}: {e.strerror}", 3) from None
-    try:
-        if r.returncode != 0:
-            tail = r.stderr.decode(errors="replace").strip().splitlines()[-3:]
+    # The compiler writes into a private folder; the program is then published like any output:
+    # atomically, with its mode set, a folder or a missing parent a one-line error.
+    with tempfile.TemporaryDirectory(prefix="loom-client-") as scratch:
+        built = os.path.join(scratch, "loom-client")
+        try:
+            r = subprocess.run([*words, "-O2", "-x", "c", "-", "-o", built], input=text, capture_output=True)
+        except OSError as e:
+            raise LoomError(f"cannot run the C compiler {words[0]}: {e.strerror}", 3) from None
+        if r.returncode != 0 or not os.path.isfile(built):
+            tail = r.stderr.decode(errors="replace").strip().splitlines()[-3:] or [f"exit status {r.returncode}"]
             raise LoomError(f"the C compiler {words[0]} failed on the native client: " + " / ".join(tail), 3)
-        os.chmod(temporary, 0o755)
-        os.replace(temporary, output)
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
+        with open(built, "rb") as f:
+            program = f.read()
+    atomic_write(output, program, mode=0o755)
     return 0
 
 
