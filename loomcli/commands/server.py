@@ -332,7 +332,7 @@ REHEARSED = ("spirv:vulkan1.3", "amdgpu:gfx1100", "nvptx:sm_80")
 def rehearse() -> list[str]:
     """Compile `REHEARSAL` for each of `REHEARSED` through the compile entry
     point, here, and throw the results away: what a first compile builds
-    lazily (LLVM's target machine, pass pipeline and code generator state,
+    lazily (LLVM's target machine, its passes' and code generator's state,
     loom's own caches) is then the template's, shared by every child instead
     of built again by each (a few milliseconds of every .hsaco request; other
     chips still make their own target machine, about 2 ms). LLVM runs in this
