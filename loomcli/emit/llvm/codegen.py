@@ -45,15 +45,9 @@ def _optimize(module: Any, tm: Any, opt: int) -> None:
     2.5 ms fresh and 10.8 ms after 300 runs) and left the builder holding
     callbacks of runs that had ended.
     """
-    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
-    try:
-        pipeline = builder.getModulePassManager()
-        try:
-            pipeline.run(module, builder)
-        finally:
-            pipeline.close()
-    finally:
-        builder.close()
+    with (llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt)) as builder,
+          builder.getModulePassManager() as pipeline):
+        pipeline.run(module, builder)
 
 
 def warm() -> None:
