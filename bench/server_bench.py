@@ -12,7 +12,9 @@ and (one kernel rows) through the native client (`loom server client`);
   spv     one kernel -> .spv, the whole process     vs glslc (bench/saxpy.comp)
   cmake   CMake + Ninja -j2, 100 loom_add_kernels sets of one kernel, cache off
           vs the same kernels as add_custom_command + clang-19
-  build   loom build -j2 (and -j1) of the 200-kernel project, cold cache, vs make -j2 + clang-19
+  build   loom build -j2 (and -j1) of the 200-kernel project, cold cache, vs make -j2 + clang-19;
+          then LLVM's share alone (the optimizer and code generator on the build's 50 modules), which
+          bounds how much faster than make any loom -j2 build of the project can be
 loom runs through a console-script launcher, as an installed loom does;
 the anchors come from scripts/install-bench-deps.sh. Bytecode is cached
 (PYTHONDONTWRITEBYTECODE unset), as in a user's install.
@@ -178,7 +180,7 @@ def main() -> None:
             if "cmake" in rows:
                 cmake_row(folder, loom, on, off, args.repeat)
             if "build" in rows:
-                build_row(folder, loom, on, off, args.repeat)
+                build_row(folder, loom, on, off, args.repeat, args.python)
         finally:
             subprocess.run([str(launcher), "server", "stop", "--all"], env=on, stdout=subprocess.DEVNULL)
 
@@ -224,7 +226,8 @@ def cmake_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
     report("CMake + Ninja -j2, 100 sets of one kernel, cache off", med, "clang-19 (add_custom_command)")
 
 
-def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], rounds: int) -> None:
+def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], rounds: int,
+              python: str) -> None:
     project, cl = generate(folder / "gen", 200, 50)
     out = project / "build"
 
@@ -243,10 +246,59 @@ def build_row(folder: Path, loom: str, on: dict[str, str], off: dict[str, str], 
                         "loom build -j2 after": loom_build(2, on), "loom build -j1 before": loom_build(1, off),
                         "loom build -j1 after": loom_build(1, on)}), rounds)
     report("200 kernels, cold, one target", med, "make -j2 + clang-19")
+    make_wall = med["make -j2 + clang-19"][0]
     for when in sorted(SIDES, reverse=True):
         j1, j2 = med[f"loom build -j1 {when}"][0], med[f"loom build -j2 {when}"][0]
-        make = med["make -j2 + clang-19"][0]
-        print(f"  {when}: make/loom -j2 {make / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x (wall)")
+        print(f"  {when}: make/loom -j2 {make_wall / j2:5.2f}x faster; -j2 over -j1 {j1 / j2:4.2f}x (wall)")
+    llvm, modules = llvm_floor(folder, project, loom, on, rounds, python)
+    print(f"  LLVM alone (its optimizer and code generator on the build's {len(modules)} modules, one process): "
+          f"{llvm * 1e3:.0f} ms of CPU; two cores need {llvm / 2 * 1e3:.0f} ms of wall for it, so no loom -j2 "
+          f"build of this project beats make -j2 by more than {make_wall / (llvm / 2):.1f}x")
+    for when in sorted(SIDES, reverse=True):
+        rest = med[f"loom build -j1 {when}"][0] - llvm
+        print(f"  {when}: the rest of loom build -j1 (Python: front end, lowering, linking, the coordinator, "
+              f"start-up) {rest * 1e3:.0f} ms, {rest / (rest + llvm):.0%} of it")
+
+
+# Times LLVM's part of a build, as a pool worker runs it (loomcli.emit.llvm.codegen in-process).
+FLOOR_SCRIPT = """
+import statistics, sys, time
+from loomcli.emit.amdgpu.target import llvm_target
+from loomcli.emit.llvm import codegen
+from loomcli.targets.profiles import parse_target
+t = llvm_target(parse_target("amdgpu:gfx1100"))
+header = {"triple": t.triple, "cpu": t.cpu, "features": t.features, "datalayout": t.datalayout, "emit": "object",
+          "opt": 3}
+modules = [open(p, "rb").read() for p in sys.argv[2:]]
+def once():
+    start = time.process_time()
+    for ir in modules:
+        codegen.compile_ir(header, ir)
+    return time.process_time() - start
+once()
+print(statistics.median(once() for _ in range(int(sys.argv[1]))))
+"""
+
+
+def llvm_floor(folder: Path, project: Path, loom: str, env: dict[str, str], rounds: int,
+               python: str) -> tuple[float, list[Path]]:
+    """CPU seconds LLVM needs for the LLVM IR modules the build hands it (one
+    per kernel set: its kernels linked with the library, lowered as
+    `loom compile --format llvmir-text` does), median of `rounds`: the part
+    of a build that no Python change can shorten."""
+    ll = folder / "llvm-floor"
+    ll.mkdir(exist_ok=True)
+    modules = []
+    for kernels in sorted((project / "kernels").iterdir(), key=lambda d: int(d.name.removeprefix("set"))):
+        linked, ir = ll / f"{kernels.name}.loombc", ll / f"{kernels.name}.ll"
+        subprocess.run([loom, "link", *sorted(map(str, kernels.glob("*.loom"))), "--library",
+                        str(project / "lib" / "mix.loom"), "-o", str(linked)], env=env, check=True)
+        subprocess.run([loom, "compile", str(linked), "--target", "amdgpu:gfx1100", "--format", "llvmir-text",
+                        "-o", str(ir)], env=env, check=True)
+        modules.append(ir)
+    out = subprocess.run([python, "-c", FLOOR_SCRIPT, str(rounds), *map(str, modules)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out), modules
 
 
 if __name__ == "__main__":
