@@ -357,6 +357,57 @@ def test_passes_are_deterministic() -> None:
     assert len(outs) == 1
 
 
+LEGALIZED = """\
+kernel.def export("k") @k(%n: index) {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%n: index, %x: buffer) {
+  %zero = index.constant 0 : offset
+  %i = kernel.workitem.dispatch.id<x> : index
+  %xv = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %yv = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %live = index.cmp ult, %i, %n : index
+  scf.if %live {
+    %xi = view.load %xv[%i] : view<[%n]xf32> -> f32
+    %yi = view.load %yv[%i] : view<[%n]xf32> -> f32
+    %t0 = scalar.addf %xi, %yi : f32
+    view.store %t0, %yv[%i] : f32, view<[%n]xf32>
+  }
+  scf.if %live {
+    %w = view.load %xv[%i] : view<[%n]xf32> -> f32
+    view.store %w, %yv[%i] : f32, view<[%n]xf32>
+  }
+  kernel.return
+}
+"""
+
+
+@pytest.mark.parametrize("renames, expected, count", [
+    ({"xi": "zero"}, {"xi": "zero_1"}, 1),                 # an inner definition hides an outer one
+    ({"yv": "xv"}, {"yv": "xv_1"}, 1),                     # a second definition in one scope
+    ({"xi": "t0"}, {"xi": "t0", "t0": "t0_1"}, 1),         # in text order: the later one is renamed
+    ({"zero": "one"}, {"zero": "one"}, 0),                 # another isolated region's names are not visible
+    ({"t0": ""}, {"t0": "0"}, 1),                          # a value without a name gets a number
+    ({"xi": "zero", "yi": "zero_1"}, {"xi": "zero_2", "yi": "zero_1"}, 1),  # fresh names avoid later ones too
+    ({"xi": "live", "yi": "xi"}, {"xi": "live_1", "yi": "xi"}, 1),
+    ({"xi": "w"}, {"xi": "w"}, 0),                         # a sibling region's names are not visible
+    ({}, {}, 0),
+])
+def test_legalize_names_renames_only_what_redefines_a_visible_name(renames: dict[str, str],
+                                                                    expected: dict[str, str], count: int) -> None:
+    from loomcli.ir.builder import legalize_names, region_values
+
+    module = parse_text(LEGALIZED)
+    values = {v.name: v for top in module.ops for r in top.regions for v in region_values(r) if v.name != "n"}
+    for old, new in renames.items():
+        values[old].name = new
+    assert legalize_names(module) == count
+    want = {old: expected.get(old, renames.get(old, old)) for old in values}
+    assert {old: v.name for old, v in values.items()} == want
+    assert legalize_names(module) == 0  # legal names stay as they are
+    assert not [d for d in verify(parse_text(print_module(module))) if d.severity == "error"]
+
+
 @pytest.mark.parametrize("sample", sorted((ROOT / "samples").glob("*.loom")) + sorted(
     (ROOT / "tests" / "corpus" / "valid").glob("*.loom")), ids=lambda p: p.name)
 def test_pipelines_keep_modules_valid(sample: Path) -> None:

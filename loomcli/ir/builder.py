@@ -80,21 +80,31 @@ def _attr_refs(v: Any) -> Iterator[Value]:
             yield from _attr_refs(x)
 
 
-def refs_of(op: Operation) -> Iterator[Value]:
+def refs_of(op: Operation) -> list[Value]:
     """Values `op` names outside its operands: in result types, the types of
-    its regions' arguments, written operand types and predicates."""
+    its regions' arguments, written operand types and predicates. (Every
+    `Rewriter` asks this of every op, which mostly names none: so a list,
+    and no generator for a type without dims or a scalar attribute.)"""
+    refs: list[Value] = []
     for r in op.results:
-        yield from type_refs(r.type)
+        if isinstance(r.type, ShapedType):
+            refs += type_refs(r.type)
     for region in op.regions:
         for a in region.args:
-            yield from type_refs(a.type)
+            if isinstance(a.type, ShapedType):
+                refs += type_refs(a.type)
     if op.written_types:
         for t in op.written_types:
-            if t is not None:
-                yield from type_refs(t)
+            if isinstance(t, ShapedType):
+                refs += type_refs(t)
     for key, v in op._attrs.items():
-        if key not in ("sig", "launch"):
-            yield from _attr_refs(v)
+        if isinstance(v, _MAY_NAME_VALUES) and key not in ("sig", "launch"):
+            refs += _attr_refs(v)
+    return refs
+
+
+# The attribute values `_attr_refs` looks into (it finds nothing in any other).
+_MAY_NAME_VALUES = (Pred, list, tuple, dict)
 
 
 def remap_refs(op: Operation, mapping: dict[Value, Value]) -> None:
@@ -244,35 +254,53 @@ class Namer:
 def legalize_names(module: Module) -> int:
     """Rename every definition that redefines a visible name (or has none),
     walking each isolated region in text order as the parser does. Returns
-    how many values were renamed."""
+    how many values were renamed.
+
+    It runs after every pass and almost always renames nothing, so it only
+    walks: an isolated region's `Namer` (which collects every name of the
+    region) is made at its first rename, and the names in scope are one
+    set (a name is in it at most once: a second definition is renamed)."""
     renamed = 0
     for top in module.ops:
         for region in top.regions:
-            namer = Namer(region)
-            renamed += _legalize_region(region, [], namer)
+            renamed += _legalize_region(region, set(), _FirstRename(region))
     return renamed
 
 
-def _legalize_region(region: Region, visible: list[set[str]], namer: Namer) -> int:
-    scope: set[str] = set()
-    visible.append(scope)
+class _FirstRename:
+    """An isolated region's `Namer`, made when the region first needs a
+    fresh name (until then its names are those it had at the start)."""
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        self.namer: Namer | None = None
+
+    def fresh(self, base: str) -> str:
+        if self.namer is None:
+            self.namer = Namer(self.region)
+        return self.namer.fresh(base)
+
+
+def _legalize_region(region: Region, visible: set[str], names: _FirstRename) -> int:
+    scope: list[str] = []  # the names this region defines, out of `visible` again when it ends
     renamed = 0
 
     def define(v: Value) -> None:
         nonlocal renamed
-        if not v.name or any(v.name in s for s in visible):
-            v.name = namer.fresh(v.name)
+        if not v.name or v.name in visible:
+            v.name = names.fresh(v.name)
             renamed += 1
-        scope.add(v.name)
+        visible.add(v.name)
+        scope.append(v.name)
 
     for a in region.args:
         define(a)
     for op in region.ops:
         for inner in op.regions:
-            renamed += _legalize_region(inner, visible, namer)
+            renamed += _legalize_region(inner, visible, names)
         for r in op.results:
             define(r)
-    visible.pop()
+    visible.difference_update(scope)
     return renamed
 
 
