@@ -85,6 +85,16 @@ def test_a_dying_worker_fails_only_its_task_and_is_replaced(task_path: None, fun
     assert not alive(first["pid"])
 
 
+def test_a_task_runs_without_the_collector_and_what_it_left_is_collected_after(task_path: None) -> None:
+    """The collector is paused while a task runs (a compile's module is not
+    scanned again and again) and collects the task's garbage once it replied."""
+    with WorkerPool(1) as pool:
+        during = [json.loads(pool.submit(Task("pool_tasks:leave_a_cycle")).result().value) for _ in range(3)]
+        after = json.loads(pool.submit(Task("pool_tasks:cycles_left")).result().value)
+    assert during == [{"collecting": False}] * 3
+    assert after == {"left": 0, "of": 3}
+
+
 def test_a_raising_function_is_a_status_not_an_exception(task_path: None) -> None:
     with WorkerPool(1) as pool:
         result = pool.submit(Task("pool_tasks:fail")).result()

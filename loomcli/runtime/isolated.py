@@ -293,7 +293,14 @@ def _close_shared() -> None:
 
 def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
     """Answer requests until stdin closes. With a `context` (a pool worker's
-    `WorkerContext`), functions are called as `function(header, payload, context)`."""
+    `WorkerContext`), functions are called as `function(header, payload, context)`.
+
+    A request runs with the cyclic collector paused, and what it left is
+    collected once its reply is out (generations 0 and 1: everything older
+    was there before it). A compile builds a module of many objects that
+    live until it ends; collected as usual they were scanned again with
+    each collection while it ran (a kernel set's Python work: 9.9 ms ->
+    9.2 ms of CPU)."""
     functions: dict[str, Callable[..., bytes]] = {}
     while True:
         frame = _read_exact(stdin, _FRAME.size)
@@ -305,6 +312,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
         if head is None or payload is None:
             return
         status, reply_head, reply = 0, b"", b""
+        gc.disable()
         try:
             request = json.loads(head)
             name = request["call"]
@@ -319,6 +327,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
             status, reply_head = 1, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         stdout.write(_STATUS.pack(status) + _FRAME.pack(len(reply_head), len(reply)) + reply_head + reply)
         stdout.flush()
+        del reply, payload
+        gc.collect(1)
+        gc.enable()
 
 
 def prepare_child(preload: Sequence[str], bound_to_parent: bool = False) -> BinaryIO:
