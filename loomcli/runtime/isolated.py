@@ -327,7 +327,6 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
             status, reply_head = 1, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         stdout.write(_STATUS.pack(status) + _FRAME.pack(len(reply_head), len(reply)) + reply_head + reply)
         stdout.flush()
-        del reply, payload
         gc.collect(1)
         gc.enable()
 
