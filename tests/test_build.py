@@ -452,3 +452,21 @@ def test_command_programs_build_incrementally_and_identically(tmp_path: Path, fr
     shutil.rmtree(out)
     assert run("build", str(project), "-q", "-j", "1", "--no-cache") == 0
     assert outputs(out) == cold
+
+
+def test_a_decoded_library_is_kept_by_name_and_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that compiles set after set (a pool worker; a warm server child, one build
+    after another) decodes each library once: two libraries of one content under two names
+    stay two inputs, each keyed by its own name (the key `module.import` names)."""
+    import hashlib
+
+    from loomcli.build import tasks
+    from loomcli.bytecode import write_module
+    from loomcli.frontend import load_bytes
+
+    monkeypatch.setattr(tasks, "_LIBRARIES", {})
+    data = write_module(load_bytes(LIBRARY.format(helper="twice", op="addf").encode(), "lib/twice.loom"))
+    digest = hashlib.sha256(data).hexdigest()
+    first, second = tasks._library("twice", digest, data), tasks._library("double", digest, data)
+    assert [(i.key, i.library) for i in (first, second)] == [("twice", True), ("double", True)]
+    assert tasks._library("twice", digest, data) is first

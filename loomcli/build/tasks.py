@@ -37,8 +37,11 @@ if TYPE_CHECKING:
 TASK_FUNCTION = "loomcli.build.tasks:kernel_set_task"
 _U32 = struct.Struct("<I")
 
-# Prepared state of this (worker) process: decoded libraries by content digest.
-_LIBRARIES: dict[str, LinkInput] = {}
+# Prepared state of this process (a pool worker, or a warm server child that serves
+# build after build): decoded libraries by name and content digest. The name is part of
+# the key: it is the input's link key (what `module.import` names), and two libraries of
+# one content under two names are two inputs.
+_LIBRARIES: dict[tuple[str, str], LinkInput] = {}
 
 
 def split(payload: bytes, lengths: list[int]) -> list[bytes]:
@@ -57,12 +60,13 @@ def source_key(path: str) -> str:
 
 
 def _library(name: str, digest: str, data: bytes) -> LinkInput:
-    if digest not in _LIBRARIES:
+    key = (name, digest)
+    if key not in _LIBRARIES:
         from loomcli.frontend import load_bytes
         from loomcli.link.index import input_from_module
 
-        _LIBRARIES[digest] = input_from_module(load_bytes(data, name, verify=False), name, library=True)
-    return _LIBRARIES[digest]
+        _LIBRARIES[key] = input_from_module(load_bytes(data, name, verify=False), name, library=True)
+    return _LIBRARIES[key]
 
 
 def front_end(header: Header, sources: list[bytes], libraries: list[bytes]) -> FrontEnd:
