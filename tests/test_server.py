@@ -262,7 +262,7 @@ def test_a_warm_child_serves_each_command_as_a_fresh_process(loom: Loom, tmp_pat
     """A compile's child serves the next request (the pids the compile entry
     point sees say so), and every command, served one after another by one
     server, so most of them by a child that served before, is still the
-    command run in its own process; `build` and `test` end their children."""
+    command run in its own process; `test` ends its child (a build's child serves again)."""
     loom.start()
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -281,7 +281,87 @@ def test_a_warm_child_serves_each_command_as_a_fresh_process(loom: Loom, tmp_pat
     for name in names[1::2] + names[::2]:  # each after another kind than in the test above
         assert_same(outcome(loom, tmp_path, name, ""), outcome(loom, tmp_path, name, "off"))
         before, first = first, compiled_in()
-        assert (first == before) == (CASES[name][0] not in ("build", "test")), name
+        assert (first == before) == (CASES[name][0] != "test"), name
+
+
+PROJECT_TOML = """\
+[project]
+name = "p"
+version = "1.0"
+
+[build]
+targets = ["spirv:vulkan1.3"]
+
+[[library]]
+name = "helpers"
+srcs = ["{library}"]
+
+[[kernels]]
+name = "k"
+srcs = ["k/*.loom"]
+libraries = ["helpers"]
+"""
+HELPER = """\
+func.def public pure inline @h(%x: f32) -> (f32) {{
+  %r = scalar.{op} %x, %x : f32
+  func.return %r : f32
+}}
+"""
+CALLER = """\
+func.decl public pure @h(%x: f32) -> (f32)
+
+kernel.def export("k") @k(%n: index) {
+  %one = index.constant 1 : index
+  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%one, %one, %one) : index
+} launch(%n: index, %x: buffer) {
+  %zero = index.constant 0 : offset
+  %i = kernel.workitem.dispatch.id<x> : index
+  %v = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
+  %xi = view.load %v[%i] : view<[%n]xf32> -> f32
+  %r = func.call pure @h(%xi) : (f32) -> (f32)
+  view.store %r, %v[%i] : f32, view<[%n]xf32>
+  kernel.return
+}
+"""
+# One warm child's builds, in order: (the project's library file, its op, a kernel that does not compile)
+BUILDS = [("lib/h.loom", "addf", False), ("lib/h.loom", "mulf", False), ("other/h.loom", "mulf", False),
+          ("lib/h.loom", "mulf", True), ("lib/h.loom", "addf", False)]
+
+
+def test_a_warm_child_builds_project_after_project_as_a_fresh_process(loom: Loom, tmp_path: Path) -> None:
+    """A build's child serves the next build: one child builds a project, the same project
+    with its library changed, its library moved, a kernel that does not compile, and the first
+    project again, and each build's exit code, stdout, stderr and outputs are a direct run's
+    (its trace's pid says one child ran them all)."""
+    loom.start()
+    work = tmp_path / "work"
+    (tmp_path / "bad.loom").write_text('kernel.def export("b") @b(%n: index) {\n  %x = scalar.addf %n, %n : f32\n}\n')
+
+    def build(library: str, op: str, broken: bool, mode: str) -> tuple[Outcome, set[int]]:
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "k").mkdir(parents=True)
+        (work / library).parent.mkdir(parents=True, exist_ok=True)
+        (work / library).write_text(HELPER.format(op=op))
+        (work / "loom.toml").write_text(PROJECT_TOML.format(library=library))
+        (work / "k" / "a.loom").write_text(CALLER)
+        if broken:
+            shutil.copy(tmp_path / "bad.loom", work / "k" / "b.loom")
+        r = loom.run("build", ".", "-j", "2", "--progress", "plain", "--trace", "t.json", cwd=work,
+                     mode=mode or None)
+        events = [e for e in json.loads((work / "t.json").read_text())["traceEvents"] if e.get("ph") == "X"]
+        (work / "t.json").unlink()
+        return (r.returncode, VARYING.sub(b"", r.stdout), VARYING.sub(b"", r.stderr), files(work)), \
+            {e["pid"] for e in events}
+
+    pids, kernels = set(), []
+    for library, op, broken in BUILDS:
+        served, ran_in = build(library, op, broken, "")
+        assert_same(served, build(library, op, broken, "off")[0])
+        assert served[0] == (1 if broken else 0), served[2]
+        pids |= ran_in
+        kernels.append(served[3].get("build/loom/spirv-vulkan1.3/k.spv"))
+    assert len(pids) == 1
+    assert kernels[0] == kernels[4] != kernels[1] == kernels[2] and kernels[3] is None and None not in kernels[:3]
 
 
 def test_a_terminal_stays_a_terminal(loom: Loom, tmp_path: Path) -> None:

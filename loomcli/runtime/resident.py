@@ -41,9 +41,11 @@ from loomcli.runtime import served
 from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare
 
 # The commands whose child may serve another request after it (`template.fork_spare`):
-# each is a function of its inputs; whether one left its process as it found it is checked
-# after each run. `build` and `test` start pools, devices and threads; their children end.
-AGAIN = frozenset({"compile", "emit", "fmt", "frontier", "link", "opt"})
+# each is a function of its inputs (what a build keeps between requests, its decoded
+# libraries, is keyed by name and content); whether one left its process as it found it
+# is checked after each run (a build's pool, its threads and fork server end with it).
+# `test` starts devices, whose state in native code no check sees; its children end.
+AGAIN = frozenset({"build", "compile", "emit", "fmt", "frontier", "link", "opt"})
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
 MAX_FDS = 16
