@@ -12,7 +12,7 @@ import os
 import select
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,9 @@ from loomcli.runtime.resident import receive
 
 pytestmark = pytest.mark.skipif(not template.available(), reason="the warm template is Linux only")
 
-AGAIN = frozenset({"compile"})
+def serves_again(argv: Sequence[str]) -> bool:
+    """The command lines whose child may serve again here: `compile`'s."""
+    return argv[:1] == ("compile",)
 
 
 def _leave_thread() -> None:
@@ -77,7 +79,7 @@ COMMANDS: dict[str, tuple[Callable[[], None], int, bool]] = {
 
 def command(argv: list[str]) -> object:
     """The child's command line: `compile NAME` runs COMMANDS[NAME] and
-    writes what it saw on its stdout; `other` names a command outside AGAIN."""
+    writes what it saw on its stdout; `other` names a command whose child may not serve again."""
     print(f"{os.getpid()} {os.getcwd()} {os.environ.get('WHO')} {os.umask(0)}", flush=True)
     if argv[0] == "compile":
         COMMANDS[argv[1]][0]()
@@ -88,7 +90,7 @@ class Child:
     """A spare forked from this process, and the requests handed to it."""
 
     def __init__(self) -> None:
-        self.spare = template.fork_spare(receive, command, AGAIN)
+        self.spare = template.fork_spare(receive, command, serves_again)
 
     def run(self, argv: list[str], cwd: Path, who: str, umask: int) -> tuple[bytes, int | None]:
         """Hand it `argv`; what the command wrote (read to its end: the child
@@ -139,7 +141,7 @@ def test_a_child_serves_again_only_as_it_was_found(child: Child, tmp_path: Path,
     if not again:
         assert said is None
         assert child.end() == status
-        child.spare = template.fork_spare(receive, command, AGAIN)  # for the fixture to end
+        child.spare = template.fork_spare(receive, command, serves_again)  # for the fixture to end
         return
     assert said == status
     # The next request is its own: its folder, environment and umask, in the same process.
@@ -159,7 +161,7 @@ def test_a_command_outside_the_set_ends_its_child(child: Child, tmp_path: Path) 
 def test_a_child_ends_when_the_server_lets_go(child: Child, tmp_path: Path) -> None:
     assert child.run(["compile", "clean"], tmp_path, "first", 0o022)[1] == 0
     assert child.end() == 0
-    child.spare = template.fork_spare(receive, command, AGAIN)
+    child.spare = template.fork_spare(receive, command, serves_again)
 
 
 def test_a_wanted_descriptor_number_moves_the_control_socket(child: Child, tmp_path: Path) -> None:
@@ -191,3 +193,24 @@ def test_a_child_ends_after_its_share_of_commands(monkeypatch: pytest.MonkeyPatc
     assert instance.run(["compile", "clean"], tmp_path, "1", 0o022)[1] == 0
     assert instance.run(["compile", "clean"], tmp_path, "2", 0o022)[1] is None
     assert instance.end() == 0
+
+
+def test_a_request_handed_to_a_child_reads_back_as_itself(tmp_path: Path) -> None:
+    """`run_tokens` (how a persistent worker hands a request to a child) is what `parse_run`
+    reads back: argv, environment, umask, folder, streams (a closed one sends no descriptor)
+    and every descriptor at its number."""
+    from loomcli.runtime.resident import parse_run, run_tokens
+
+    folder = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    read, write = os.pipe()
+    try:
+        request = template.Request(("compile", "k ü.loom", "-o", "-"), {b"A": b"1", b"B": b"x=y", b"C": b""}, 0o027,
+                                   folder, {0: read, 1: write, 7: read},
+                                   (template.Stream("utf-8", "strict", False, False),
+                                    template.Stream("latin-1", "surrogateescape", True, True), None))
+        tokens, fds = run_tokens(request)
+        assert fds == [folder, read, write, read]
+        assert parse_run(tokens, fds) == request
+    finally:
+        for fd in (folder, read, write):
+            os.close(fd)

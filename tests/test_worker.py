@@ -6,7 +6,8 @@ the same command line run as Bazel runs an action without a worker (`loom
 worker @PARAMS`, a process of its own): the same exit code, the same text,
 the same bytes. A `sitecustomize` in the worker's PYTHONPATH (`HOOK`) makes
 the compile of a file named `crash.loom` abort and one named `block.loom`
-wait until it is ended, so crashes and cancellations happen at a known point.
+wait until it is ended, so crashes and cancellations happen at a known point;
+one of `pid.loom` says which process compiled it.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ def _wrap(inner):
         if name == "crash.loom":
             os.abort()
         if name == "block.loom":
-            open("blocked", "w").close()
+            with open("blocked", "w") as f:
+                f.write(str(os.getpid()))
             while True:
                 time.sleep(0.05)
+        if name == "pid.loom":
+            with open("pids", "a") as f:
+                f.write(f"{os.getpid()}\\n")
         return inner(request)
     return compile_request
 ''')
@@ -95,7 +100,7 @@ def execroot(folder: Path) -> Path:
         shutil.copy(SAMPLES / name, folder / "src" / name)
     (folder / "src" / "bad.loom").write_text('kernel.def export("k") @k(%n: index) {\n'
                                              '  %x = scalar.addf %n, %n : f32\n}\n')
-    for name in ("crash.loom", "block.loom"):
+    for name in ("crash.loom", "block.loom", "pid.loom"):
         shutil.copy(SAMPLES / "saxpy.loom", folder / "src" / name)
     return folder
 
@@ -151,6 +156,51 @@ def test_an_answer_is_the_action_run_on_its_own(worker: Worker, tmp_path: Path, 
     assert answer.get("requestId", 0) == 0
     if name.startswith("compile"):
         assert code == 0 and served
+
+
+def test_one_worker_answers_action_after_action_as_each_run_on_its_own(worker: Worker, tmp_path: Path,
+                                                                      env: dict[str, str]) -> None:
+    """Every action twice, one after another, by one worker (so most of them in a child that
+    served the one before): each answer and its outputs are the action's run on its own."""
+    alone: dict[str, tuple[int, str, dict[str, bytes]]] = {}
+    for name in sorted(ACTIONS):
+        folder = execroot(tmp_path / "alone" / name.replace(" ", "-"))
+        code, text = direct(folder, env, ACTIONS[name])
+        alone[name] = code, text, files(folder / "out") if (folder / "out").exists() else {}
+    for name in sorted(ACTIONS) * 2:
+        shutil.rmtree(worker.folder / "out", ignore_errors=True)
+        worker.send({"arguments": ACTIONS[name]}, spread=False)
+        answer = worker.answer()
+        served = files(worker.folder / "out") if (worker.folder / "out").exists() else {}
+        assert (answer.get("exitCode", 0), answer.get("output", ""), served) == alone[name], name
+
+
+PID = ["--mkdir", "out", "compile", "src/pid.loom", "--target", "spirv:vulkan1.3", "-o", "out/p.spv"]
+
+
+def test_a_child_serves_again_but_not_after_a_cancel_or_a_crash(worker: Worker) -> None:
+    """A compile's child serves the next request; a cancelled request's child and a crashed one
+    do not (the pid that compiled `pid.loom` says which child ran it)."""
+    def compiled_in() -> str:
+        worker.send({"arguments": PID})
+        assert worker.answer() == {"exitCode": 0, "output": "", "requestId": 0}
+        return (worker.folder / "pids").read_text().split()[-1]
+
+    first = compiled_in()
+    assert compiled_in() == first
+    worker.send({"arguments": ["--mkdir", "out", "compile", "src/block.loom", "--target", "spirv:vulkan1.3",
+                               "-o", "out/b.spv"], "requestId": 1})
+    wait_for(worker.folder / "blocked")
+    assert (worker.folder / "blocked").read_text() == first  # the warm child took it
+    worker.send({"requestId": 1, "cancel": True})
+    assert worker.answer()["wasCancelled"] is True
+    after_cancel = compiled_in()
+    assert after_cancel != first
+    worker.send({"arguments": ["--mkdir", "out", "compile", "src/crash.loom", "--target", "spirv:vulkan1.3",
+                               "-o", "out/c.spv"]})
+    assert worker.answer()["exitCode"] == 3
+    assert compiled_in() not in (first, after_cancel)
+    assert worker.close() == 0
 
 
 def test_multiplexed_requests_run_at_once_in_their_sandboxes(worker: Worker, tmp_path: Path,

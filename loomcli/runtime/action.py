@@ -16,6 +16,14 @@ import os
 import sys
 
 
+def command(argv: list[str]) -> list[str]:
+    """The command line after the `--mkdir` folders at the start of `argv` (nothing made)."""
+    i = 0
+    while i + 1 < len(argv) and argv[i] == "--mkdir":
+        i += 2
+    return argv[i:]
+
+
 def prepare(argv: list[str]) -> list[str]:
     """Make the `--mkdir` folders at the start of `argv`; the command line
     that follows them. A folder that cannot be made ends the process (exit 3)."""

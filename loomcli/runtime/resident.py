@@ -33,7 +33,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,8 @@ from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_req
 # is checked after each run (a build's pool, its threads and fork server end with it).
 # `test` starts devices, whose state in native code no check sees; its children end.
 AGAIN = frozenset({"build", "compile", "emit", "fmt", "frontier", "link", "opt"})
+
+
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
 MAX_FDS = 16
@@ -63,6 +65,11 @@ MAX_FD_NUMBER = 1 << 20
 # polled until one ends.
 HEADROOM = 8
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def serves_again(argv: Sequence[str]) -> bool:
+    """Whether the child of command line `argv` may serve again (see AGAIN)."""
+    return bool(argv) and argv[0] in AGAIN
 
 
 class Refused(ValueError):
@@ -488,7 +495,7 @@ class Server:
         """Fork the next request's child now, while nobody waits for it."""
         if self.spare is None and not self.stopping:
             try:
-                self.spare = fork_spare(receive, self.run, AGAIN)
+                self.spare = fork_spare(receive, self.run, serves_again)
             except OSError:  # out of processes or memory: the next request forks its own
                 return
             self.poller.register(self.spare.pidfd, select.POLLIN)
@@ -697,6 +704,26 @@ def parse_run(tokens: list[bytes], fds: list[int]) -> Request:
         raise Refused("the descriptors do not match the request")
     return Request(argv, environ, umask, fds[0], dict(zip(numbers, fds[1:])),
                    (streams[0], streams[1], streams[2]))
+
+
+def run_tokens(request: Request) -> tuple[list[bytes], list[int]]:
+    """`request` (its folder a descriptor) as a `run` request's tokens after
+    the operation and its descriptors: what `parse_run` reads back. A closed
+    stream's descriptor is not sent; the child has that number closed."""
+    assert isinstance(request.cwd, int)
+    tokens, fds = [str(request.umask).encode()], [request.cwd]
+    for number, stream in enumerate(request.streams):
+        if stream is None:
+            tokens += [b"", b"", b"", b""]
+            continue
+        tokens += [stream.encoding.encode(), stream.errors.encode(), b"1" if stream.line_buffering else b"0",
+                   b"1" if stream.write_through else b"0"]
+        fds.append(request.fds[number])
+    extra = sorted(n for n in request.fds if n > 2)
+    env = [name + b"=" + value for name, value in request.environ.items()]
+    tokens += [str(len(extra)).encode(), *(str(n).encode() for n in extra),
+               str(len(request.argv)).encode(), *(os.fsencode(a) for a in request.argv), str(len(env)).encode(), *env]
+    return tokens, fds + [request.fds[n] for n in extra]
 
 
 def _stream(encoding: str, errors: str, line: str, through: str) -> Stream:

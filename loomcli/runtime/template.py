@@ -39,7 +39,7 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -105,15 +105,19 @@ class Spare:
     control: socket.socket
 
 
+def _never(argv: Sequence[str]) -> bool:
+    return False
+
+
 def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[str]], Any],
-               again: frozenset[str] = frozenset()) -> Spare:
+               again: Callable[[Sequence[str]], bool] = _never) -> Spare:
     """A `Spare` that takes its request from `receive(control)` (which may
     end the process if the template lets go of it) and runs it as
     `fork_request`'s child would. It keeps no descriptor of the template's
     but its end of the control socket: it holds no lock, no client and no
     listening socket while it waits.
 
-    A command named in `again` that ends with 0, 1 or 2 and leaves the
+    A command line for which `again(argv)` holds that ends with 0, 1 or 2 and leaves the
     process as it found it (`Settled`) does not end the child: it lets go
     of the request (`_release`), says its exit status over `control` (frame
     `X`) and waits for the next request there. Every fork pays for the
@@ -143,7 +147,7 @@ def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[
 
 
 def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any],
-          reuse: tuple[list[socket.socket], frozenset[str]] | None = None) -> int:
+          reuse: tuple[list[socket.socket], Callable[[Sequence[str]], bool]] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         if stream is not None:
             try:
@@ -162,7 +166,7 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any],
         while True:
             taken = request()
             _become(taken, old, template, reuse[0] if reuse else None)
-            found = Settled.now() if reuse is not None and taken.argv and taken.argv[0] in reuse[1] else None
+            found = Settled.now() if reuse is not None and reuse[1](taken.argv) else None
             code = 3
             try:
                 code = run(list(taken.argv))
