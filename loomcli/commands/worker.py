@@ -2,8 +2,8 @@
 
 Bazel starts it once per kind of action and hands it each action's command
 line; every one runs in a child forked from the same warm template as the
-resident server's (`loomcli.commands.server.prepare`,
-`loomcli.runtime.persistent`). Run without a worker, the same action is
+resident server's, a child that may then serve the next one
+(`loomcli.commands.server.prepare`, `loomcli.runtime.persistent`). Run without a worker, the same action is
 `loom worker @PARAMS`: the entry point reads the command line from the
 params file (one argument per line) and runs it as any other.
 """
