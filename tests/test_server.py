@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_build import KERNEL, LIBRARY
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -301,28 +302,6 @@ name = "k"
 srcs = ["k/*.loom"]
 libraries = ["helpers"]
 """
-HELPER = """\
-func.def public pure inline @h(%x: f32) -> (f32) {{
-  %r = scalar.{op} %x, %x : f32
-  func.return %r : f32
-}}
-"""
-CALLER = """\
-func.decl public pure @h(%x: f32) -> (f32)
-
-kernel.def export("k") @k(%n: index) {
-  %one = index.constant 1 : index
-  kernel.launch.config workgroups(%n, %one, %one) workgroup_size(%one, %one, %one) : index
-} launch(%n: index, %x: buffer) {
-  %zero = index.constant 0 : offset
-  %i = kernel.workitem.dispatch.id<x> : index
-  %v = buffer.view %x[%zero] : buffer -> view<[%n]xf32>
-  %xi = view.load %v[%i] : view<[%n]xf32> -> f32
-  %r = func.call pure @h(%xi) : (f32) -> (f32)
-  view.store %r, %v[%i] : f32, view<[%n]xf32>
-  kernel.return
-}
-"""
 # One warm child's builds, in order: (the project's library file, its op, a kernel that does not compile)
 BUILDS = [("lib/h.loom", "addf", False), ("lib/h.loom", "mulf", False), ("other/h.loom", "mulf", False),
           ("lib/h.loom", "mulf", True), ("lib/h.loom", "addf", False)]
@@ -341,9 +320,9 @@ def test_a_warm_child_builds_project_after_project_as_a_fresh_process(loom: Loom
         shutil.rmtree(work, ignore_errors=True)
         (work / "k").mkdir(parents=True)
         (work / library).parent.mkdir(parents=True, exist_ok=True)
-        (work / library).write_text(HELPER.format(op=op))
+        (work / library).write_text(LIBRARY.format(helper="h", op=op))
         (work / "loom.toml").write_text(PROJECT_TOML.format(library=library))
-        (work / "k" / "a.loom").write_text(CALLER)
+        (work / "k" / "a.loom").write_text(KERNEL.format(helper="h", name="k", group=1))
         if broken:
             shutil.copy(tmp_path / "bad.loom", work / "k" / "b.loom")
         r = loom.run("build", ".", "-j", "2", "--progress", "plain", "--trace", "t.json", cwd=work,

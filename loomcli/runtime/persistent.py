@@ -32,7 +32,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import Any, BinaryIO
 
 from loomcli.runtime import action, served
 from loomcli.runtime.resident import receive, run_tokens, serves_again
-from loomcli.runtime.template import Request, Spare, Stream, fork_request, fork_spare
+from loomcli.runtime.template import Request, Spare, Stream, fork_request, fork_spare, hear, status_said
 
 MAX_REQUEST = 64 << 20  # a request's text; Bazel's are a few kilobytes
 
@@ -268,22 +267,17 @@ class PersistentWorker:
         status (`served.frame`): the command ended and the child waits for
         another request; anything else, or the end of the stream: it serves
         nobody again (its pidfd then says how it ended)."""
-        try:
-            data = child.control.recv(served.FRAME - len(job.said), socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        job.said += data
-        if data and len(job.said) < served.FRAME:
+        job.said, whole = hear(child.control, job.said)
+        if not whole:
             return
         self._forget(job, child.control.fileno())
-        if job.said[:1] != b"X" or len(job.said) < served.FRAME:
+        code = status_said(job.said)
+        if code is None:
             child.control.close()  # its pidfd says how it ended
             os.kill(job.pid, signal.SIGKILL)
             job.child = None
             return
-        job.code = int.from_bytes(job.said[1:], "little", signed=True)
+        job.code = code
         self._forget(job, child.pidfd)
         job.child = None
         if job.cancelled or self.abandoned or len(self.warm) >= self.most_warm:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.runtime import served
-from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare
+from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare, hear, status_said
 
 # The commands whose child may serve another request after it (`template.fork_spare`):
 # each is a function of its inputs (what a build keeps between requests, its decoded
@@ -534,21 +534,15 @@ class Server:
         then says how)."""
         worker = conn.worker
         assert worker is not None and conn.pidfd is not None
-        try:
-            data = worker.control.recv(served.FRAME - len(conn.said), socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
+        conn.said, whole = hear(worker.control, conn.said)
+        if not whole:
             return
-        except OSError:
-            data = b""
-        conn.said += data
-        if len(conn.said) < served.FRAME and data:
-            return
-        if conn.said[:1] != b"X" or len(conn.said) < served.FRAME:
+        code = status_said(conn.said)
+        if code is None:
             self._let_go(conn)
             _signal(worker.pidfd, signal.SIGKILL)  # it said something else: it serves nobody again
             return
         self._let_go(conn, close=False)
-        code = int.from_bytes(conn.said[1:], "little", signed=True)
         self.children.pop(conn.pidfd)
         self.poller.unregister(conn.pidfd)
         conn.pidfd = None

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from loomcli.runtime import spawn
+from loomcli.runtime import served, spawn
 from loomcli.runtime.isolated import become_worker, die_with_parent
 
 # Signals the requester may forward to its command; blocked across the fork
@@ -107,6 +107,28 @@ class Spare:
 
 def _never(argv: Sequence[str]) -> bool:
     return False
+
+
+def hear(control: socket.socket, said: bytes) -> tuple[bytes, bool]:
+    """Read, without blocking, what a `Spare` serving a request says on its
+    control socket after `said`: all it has said, and whether that is all it
+    says before its next request (a whole status frame, or the end of its
+    stream: it ends instead; a failed read counts as that end)."""
+    try:
+        data = control.recv(served.FRAME - len(said), socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return said, False
+    except OSError:
+        data = b""
+    said += data
+    return said, not data or len(said) >= served.FRAME
+
+
+def status_said(said: bytes) -> int | None:
+    """The exit status in what a child said (`X` and the status, `served.frame`); None if it said anything else."""
+    if said[:1] != b"X" or len(said) < served.FRAME:
+        return None
+    return int.from_bytes(said[1:served.FRAME], "little", signed=True)
 
 
 def fork_spare(receive: Callable[[socket.socket], Request], run: Callable[[list[str]], Any],
