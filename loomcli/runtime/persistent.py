@@ -23,7 +23,8 @@ output pipe reaches its end), says its exit status on its control socket
 and waits for the next request, whose folder, environment and streams it
 then takes as a fresh child would. A fresh child copies the template's
 pages it writes (about 20 ms of a 40 ms compile); a warm one has. Up to
-one warm child per CPU waits; a cancelled request's child never serves again.
+one warm child per CPU (at least two) waits; a cancelled request's child
+never serves again.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class PersistentWorker:
         else one forked now. None when the request cannot be handed over
         (no child of it serves again, its folder cannot be opened: that child
         reports it; an argument with a NUL byte) or no child could be forked."""
-        if not serves_again(action.command(list(request.argv))) or any("\0" in a for a in request.argv):
+        if not _serves_again(request.argv) or any("\0" in a for a in request.argv):
             return None
         try:
             folder = os.open(str(request.cwd), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
