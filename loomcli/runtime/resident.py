@@ -46,8 +46,6 @@ from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_req
 # is checked after each run (a build's pool, its threads and fork server end with it).
 # `test` starts devices, whose state in native code no check sees; its children end.
 AGAIN = frozenset({"build", "compile", "emit", "fmt", "frontier", "link", "opt"})
-
-
 GRACE = 10.0          # seconds a command whose client went away has to end before SIGKILL
 REQUEST_TIMEOUT = 30.0  # seconds a connection may take to send its request
 MAX_FDS = 16
