@@ -22,6 +22,7 @@ from loomcli.runtime.resident import receive
 
 pytestmark = pytest.mark.skipif(not template.available(), reason="the warm template is Linux only")
 
+
 def serves_again(argv: Sequence[str]) -> bool:
     """The command lines whose child may serve again here: `compile`'s."""
     return argv[:1] == ("compile",)

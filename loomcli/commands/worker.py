@@ -3,9 +3,10 @@
 Bazel starts it once per kind of action and hands it each action's command
 line; every one runs in a child forked from the same warm template as the
 resident server's, a child that may then serve the next one
-(`loomcli.commands.server.prepare`, `loomcli.runtime.persistent`). Run without a worker, the same action is
-`loom worker @PARAMS`: the entry point reads the command line from the
-params file (one argument per line) and runs it as any other.
+(`loomcli.commands.server.prepare`, `loomcli.runtime.persistent`). Run
+without a worker, the same action is `loom worker @PARAMS`: the entry point
+reads the command line from the params file (one argument per line) and
+runs it as any other.
 """
 
 from __future__ import annotations
