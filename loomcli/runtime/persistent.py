@@ -40,7 +40,7 @@ from typing import Any, BinaryIO
 
 from loomcli.runtime import action, served
 from loomcli.runtime.resident import receive, run_tokens, serves_again
-from loomcli.runtime.template import Request, Spare, Stream, fork_request, fork_spare, hear, status_said
+from loomcli.runtime.template import Request, Spare, Stream, fork_request, fork_spare, hear, most_warm, status_said
 
 MAX_REQUEST = 64 << 20  # a request's text; Bazel's are a few kilobytes
 
@@ -111,7 +111,7 @@ class PersistentWorker:
         self.abandoned = False           # Bazel closed stdin: nobody reads the answers
         self.by_fd: dict[int, Job] = {}  # pidfds, output pipes and control sockets
         self.warm: dict[int, Spare] = {}  # children that served and wait again, by pidfd
-        self.most_warm = max(2, len(os.sched_getaffinity(0)))
+        self.most_warm = most_warm()
         self.poller = select.poll()
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         # How this interpreter wraps its standard streams (as a process of the action's own would).

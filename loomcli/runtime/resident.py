@@ -38,7 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomcli.runtime import served
-from loomcli.runtime.template import FORWARDED, Request, Spare, Stream, fork_request, fork_spare, hear, status_said
+from loomcli.runtime.template import (
+    FORWARDED,
+    Request,
+    Spare,
+    Stream,
+    fork_request,
+    fork_spare,
+    hear,
+    most_warm,
+    status_said,
+)
 
 # The commands whose child may serve another request after it (`template.fork_spare`):
 # each is a function of its inputs (what a build keeps between requests, its decoded
@@ -219,7 +229,7 @@ class Server:
         self.workers: dict[int, Connection] = {}       # running commands, by their child's control socket
         # As many warm children as commands can run at once (make -j as the CPUs): each holds
         # the template's pages it copied (about 20 MB).
-        self.most_warm = max(2, len(os.sched_getaffinity(0)))
+        self.most_warm = most_warm()
         self.refill = False                            # fork a spare once nothing else waits
         self.stopping = False
         self.paused = False  # the listener is not polled: out of descriptors (`_accept`)

@@ -105,6 +105,11 @@ class Spare:
     control: socket.socket
 
 
+def most_warm() -> int:
+    """How many children that served may wait for another request: one per usable CPU, at least two."""
+    return max(2, len(os.sched_getaffinity(0)))
+
+
 def _never(argv: Sequence[str]) -> bool:
     return False
 
