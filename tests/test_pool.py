@@ -179,6 +179,40 @@ def test_forked_workers_share_one_server_and_take_makeflags_at_fork(task_path: N
     assert not alive(server)
 
 
+def pidfds() -> int:
+    """How many pidfds this process holds."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[pidfd]"
+        except OSError:  # the listing's own descriptor, closed meanwhile
+            pass
+    return count
+
+
+@needs_fork
+def test_a_slot_sees_its_worker_run_or_end_without_asking_the_server(task_path: None) -> None:
+    """Between tasks a slot asks whether its worker still runs (three times a
+    task). A round trip to the fork server each time woke a third process
+    per question while both cores compiled; the worker's pidfd answers
+    instead, and only a worker that ended is asked about, to reap it. One
+    killed while idle is replaced before the next task, which runs."""
+    before = pidfds()
+    with WorkerPool(1, fork=True) as pool:
+        asked: list[int] = []
+        poll = pool._server.poll
+        pool._server.poll = lambda pid, generation: asked.append(pid) or poll(pid, generation)  # type: ignore[method-assign]
+        first = [json.loads(pool.submit(Task("pool_tasks:echo")).result().value) for _ in range(4)]
+        assert asked == [] and len({r["pid"] for r in first}) == 1
+        os.kill(first[0]["pid"], 9)
+        while alive(first[0]["pid"]):  # a zombie until the server reaps it: dead to the check
+            threading.Event().wait(0.01)
+        after = pool.submit(Task("pool_tasks:echo")).result()
+        assert after.ok and json.loads(after.value)["pid"] != first[0]["pid"]
+        assert asked == [first[0]["pid"]]
+    assert pidfds() == before  # each worker's pidfd is closed once its end is known
+
+
 @needs_fork
 def test_a_dead_fork_server_fails_the_running_task_and_is_started_again(task_path: None, tmp_path: Path) -> None:
     release = tmp_path / "release"

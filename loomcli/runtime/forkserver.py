@@ -21,7 +21,11 @@ one JSON packet per request and one per reply, strictly in turn:
   the worker's return code once it has ended (`subprocess`'s convention:
   negative for a signal), else `null`.
 The server reaps a worker only when asked, so a worker's pid cannot be
-reused while the coordinator may still signal it. When the socket closes
+reused while the coordinator may still signal it. That also makes a pidfd
+the coordinator opens on a worker's pid safe: it becomes readable when the
+worker ends, so the slot asks whether its worker still runs (three times
+a task) without a round trip to the server; only a worker that has ended
+is polled there, to reap it and learn its return code. When the socket closes
 (the pool is done, or the coordinator died) the server kills and reaps any
 worker left and exits; the kernel kills a worker whose server died (Linux's
 `PR_SET_PDEATHSIG`), so killing the coordinator leaves nothing behind.
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -217,24 +222,34 @@ class ForkedProcess:
         self.stdin = os.fdopen(stdin, "wb")
         self.stdout = os.fdopen(stdout, "rb")
         self.returncode: int | None = None
+        self._ended = _pidfd(pid)  # readable once the worker has ended (see the module docstring)
 
     def poll(self) -> int | None:
         if self.returncode is None:
+            if self._ended is not None and not select.select([self._ended], [], [], 0)[0]:
+                return None  # running: no need to ask the server
             try:
-                self.returncode = self.server.poll(self.pid, self.generation)
+                self._set(self.server.poll(self.pid, self.generation))
             except ServerGone:
-                self.returncode = -signal.SIGKILL  # the server's death killed its workers
+                self._set(-signal.SIGKILL)  # the server's death killed its workers
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
             try:
-                self.returncode = self.server.wait(self.pid, self.generation, timeout)
+                self._set(self.server.wait(self.pid, self.generation, timeout))
             except ServerGone:
-                self.returncode = -signal.SIGKILL
+                self._set(-signal.SIGKILL)
             if self.returncode is None:
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
         return self.returncode
+
+    def _set(self, code: int | None) -> None:
+        """The worker's return code, once known: its pidfd has served."""
+        self.returncode = code
+        if code is not None and self._ended is not None:
+            os.close(self._ended)
+            self._ended = None
 
     def kill(self) -> None:
         # Safe against pid reuse: a worker's pid stays its own until its server
@@ -245,6 +260,15 @@ class ForkedProcess:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of the server's worker `pid` (close-on-exec); None where the
+    kernel has none (before Linux 5.3): then every poll asks the server."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 class ForkedWorker(Worker):
