@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,90 @@ def test_a_slot_sees_its_worker_run_or_end_without_asking_the_server(task_path: 
         assert after.ok and json.loads(after.value)["pid"] != first[0]["pid"]
         assert asked == [first[0]["pid"]]
     assert pidfds() == before  # each worker's pidfd is closed once its end is known
+
+
+@pytest.fixture
+def keeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process keeps its pools between commands, as a resident server's child that serves again does."""
+    from loomcli.runtime import pool
+
+    monkeypatch.setattr(pool, "_keeping", [True])
+    monkeypatch.setattr(pool, "_parked", [])
+    yield
+    pool.end_parked()
+
+
+def run_where(pool: WorkerPool, n: int) -> list[dict]:
+    pool.warm()
+    return [json.loads(f.result().value) for f in [pool.submit(Task("pool_tasks:where")) for _ in range(n)]]
+
+
+def worker_pids(pool: WorkerPool) -> set[int]:
+    for worker in pool._workers:
+        worker.start()  # its slot may not have started it yet
+    return {pid for w in pool._workers for pid in [w.pid] if pid is not None}
+
+
+@needs_fork
+def test_a_pool_that_ends_normally_is_kept_for_the_next_one(task_path: None, keeping: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process that runs command after command, the next pool's tasks run
+    in the last pool's worker processes (same slots), moved to its own scratch
+    folder and seeing today's MAKEFLAGS; nothing of the first pool's folder is
+    left. The kept processes are the parked pool's only: a pool cancelled or
+    made in another environment starts its own, and the kept ones end."""
+    from loomcli.runtime import pool as pools
+
+    monkeypatch.setenv("MAKEFLAGS", "first")
+    with WorkerPool(2, preload=("pool_tasks",), fork=True) as first:
+        before = run_where(first, 6)
+        kept, server = worker_pids(first), first._server.pid
+    assert {r["pid"] for r in before} <= kept and len(kept) == 2
+    assert pools.parked_children() == {server} and all(alive(pid) for pid in kept)
+    assert not os.path.exists(os.path.dirname(before[0]["scratch"]))
+
+    monkeypatch.setenv("MAKEFLAGS", "second")
+    with WorkerPool(2, preload=("pool_tasks",), fork=True) as second:
+        after = run_where(second, 6)
+        assert second._server.pid == server and worker_pids(second) == kept
+    assert {r["pid"] for r in after} <= kept and {r["ordinal"] for r in after} <= {0, 1}
+    assert all(r["made"] and r["makeflags"] == "second" for r in after)
+    assert {os.path.dirname(r["scratch"]) for r in after} != {os.path.dirname(before[0]["scratch"])}
+    by_slot = {r["ordinal"]: r["pid"] for r in before + after}  # a slot keeps its process
+    assert all(by_slot[r["ordinal"]] == r["pid"] for r in before + after)
+
+    monkeypatch.setenv("LOOM_TEST_OTHER", "1")  # another environment: its own workers
+    with WorkerPool(2, preload=("pool_tasks",), fork=True) as other:
+        run_where(other, 4)
+        fresh = worker_pids(other)
+    assert fresh.isdisjoint(kept) and not any(alive(pid) for pid in [*kept, server])
+
+    with pytest.raises(KeyboardInterrupt), WorkerPool(2, preload=("pool_tasks",), fork=True) as cancelled:
+        run_where(cancelled, 2)
+        taken = worker_pids(cancelled)
+        raise KeyboardInterrupt
+    assert taken == fresh and pools.parked_children() == set()
+    deadline = time.monotonic() + 30  # the cancel path SIGKILLs: a bound for the kernel, not a timing assertion
+    while any(alive(pid) for pid in taken) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(alive(pid) for pid in taken)
+
+
+def test_a_pool_that_must_hand_on_a_jobserver_pipe_is_not_kept(keeping: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers inherit a pipe jobserver's descriptors when they are forked: a
+    kept one would lack the next build's, so such a pool is never kept."""
+    from loomcli.runtime import pool as pools
+
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv("MAKEFLAGS", f" -j2 --jobserver-auth={r},{w}")
+        assert pools._Origin.now(()) is None
+        monkeypatch.setenv("MAKEFLAGS", " -j2 --jobserver-auth=fifo:/nowhere")
+        assert pools._Origin.now(()) is not None
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 @needs_fork

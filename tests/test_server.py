@@ -238,9 +238,12 @@ def outcome(loom: Loom, root: Path, name: str, mode: str, program: list[str] | N
         doc = json.loads(trace.read_text())
         trace.write_text(json.dumps(sorted(e["name"] for e in doc["traceEvents"])))
     out, err = VARYING.sub(b"", r.stdout), VARYING.sub(b"", r.stderr)
-    if name.startswith("build"):  # parallel work finishes in any order, served or not
-        out = b"\n".join(sorted(re.sub(rb"^loom: \[\d+/\d+\] ", b"", line) for line in out.splitlines()))
-    return r.returncode, out, err, files(work)
+    return r.returncode, unordered(out) if name.startswith("build") else out, err, files(work)
+
+
+def unordered(out: bytes) -> bytes:
+    """A parallel build's lines: its work finishes in any order, served or not."""
+    return b"\n".join(sorted(re.sub(rb"^loom: \[\d+/\d+\] ", b"", line) for line in out.splitlines()))
 
 
 def assert_same(served: Outcome, direct: Outcome) -> None:
@@ -341,6 +344,60 @@ def test_a_warm_child_builds_project_after_project_as_a_fresh_process(loom: Loom
         kernels.append(served[3].get("build/loom/spirv-vulkan1.3/k.spv"))
     assert len(pids) == 1
     assert kernels[0] == kernels[4] != kernels[1] == kernels[2] and kernels[3] is None and None not in kernels[:3]
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """Every process below `pid`, with its depth under it (1: a child)."""
+    found: dict[int, int] = {}
+    level, depth = [pid], 0
+    while level:
+        depth += 1
+        below = []
+        for parent in level:
+            for task in os.listdir(f"/proc/{parent}/task") if os.path.isdir(f"/proc/{parent}/task") else ():
+                try:
+                    below += [int(p) for p in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
+                except OSError:  # it ended meanwhile
+                    pass
+        found.update((p, depth) for p in below)
+        level = below
+    return found
+
+
+def test_a_warm_childs_next_build_runs_in_its_kept_workers(loom: Loom, tmp_path: Path) -> None:
+    """A build's child keeps its pool's fork server and workers for its next build: the
+    second build's tasks run in the first one's worker processes, each build with a direct
+    run's exit code, output and files. A build in another environment gets workers of its
+    own (the kept ones end), and the kept ones end with the server."""
+    from test_build import make_project
+
+    server = loom.start()["pid"]
+    work = make_project(tmp_path / "work", sets=3)
+
+    def build(mode: str, **extra: str) -> tuple[Outcome, set[int]]:
+        shutil.rmtree(work / "build", ignore_errors=True)
+        r = loom.run("build", ".", "-j", "2", "--trace", "t.json", cwd=work, mode=mode or None, **extra)
+        events = [e for e in json.loads((work / "t.json").read_text())["traceEvents"] if e.get("ph") == "X"]
+        (work / "t.json").unlink()
+        return (r.returncode, unordered(VARYING.sub(b"", r.stdout)), VARYING.sub(b"", r.stderr), files(work)), \
+            {e["pid"] for e in events}
+
+    def workers() -> set[int]:  # server -> build child -> fork server -> workers
+        return {pid for pid, depth in descendants(server).items() if depth == 3}
+
+    direct, _ = build("off")
+    first, ran_first = build("")
+    kept = workers()
+    second, ran_second = build("")
+    assert_same(first, direct)
+    assert_same(second, direct)
+    assert len(kept) == 2 and ran_first <= kept and ran_second <= kept and workers() == kept
+    other, ran_other = build("", LOOM_TEST_NOTE="another environment")
+    assert_same(other, direct)
+    assert ran_other.isdisjoint(kept) and all(ended(pid) for pid in kept)
+    left = set(descendants(server))
+    assert loom.run("server", "stop").returncode == 0
+    wait_for(lambda: all(ended(pid) for pid in left), "the kept workers to end with the server")
 
 
 def test_a_terminal_stays_a_terminal(loom: Loom, tmp_path: Path) -> None:

@@ -184,6 +184,15 @@ class ForkServer:
             self._ended = True
             self._stop()
 
+    @property
+    def pid(self) -> int | None:
+        """The running server's pid."""
+        return self._proc.pid if self._alive() else None  # type: ignore[union-attr]
+
+    def descriptors(self) -> set[int]:
+        """The descriptors this process holds for the server (a parked pool's: `loomcli.runtime.pool`)."""
+        return {f.fileno() for f in (self._sock, self._stderr) if f is not None}
+
     def kill(self) -> None:
         """The cancel path: end the server, and with it every worker, now,
         even while a request waits for it (that request then fails)."""
@@ -222,11 +231,11 @@ class ForkedProcess:
         self.stdin = os.fdopen(stdin, "wb")
         self.stdout = os.fdopen(stdout, "rb")
         self.returncode: int | None = None
-        self._ended = _pidfd(pid)  # readable once the worker has ended (see the module docstring)
+        self.pidfd = _pidfd(pid)  # readable once the worker has ended (see the module docstring)
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            if self._ended is not None and not select.select([self._ended], [], [], 0)[0]:
+            if self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]:
                 return None  # running: no need to ask the server
             try:
                 self._set(self.server.poll(self.pid, self.generation))
@@ -247,9 +256,9 @@ class ForkedProcess:
     def _set(self, code: int | None) -> None:
         """The worker's return code, once known: its pidfd has served."""
         self.returncode = code
-        if code is not None and self._ended is not None:
-            os.close(self._ended)
-            self._ended = None
+        if code is not None and self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
     def kill(self) -> None:
         # Safe against pid reuse: a worker's pid stays its own until its server
@@ -278,7 +287,8 @@ class ForkedWorker(Worker):
         super().__init__(server.preload)
         self.server = server
         self.ordinal = ordinal
-        self.scratch = scratch
+        self.scratch = scratch  # the folder of this worker's pool (a kept worker moves with it)
+        self._given: tuple[str, str | None] = ("", None)  # (scratch, MAKEFLAGS) its process has
 
     def _spawn(self) -> Any:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
@@ -293,7 +303,27 @@ class ForkedWorker(Worker):
         finally:
             os.close(request_r)
             os.close(reply_w)
+        self._given = (self.scratch, settings.makeflags())
         return ForkedProcess(self.server, pid, generation, request_w, reply_r)
+
+    def _moved(self) -> dict[str, Any]:
+        """A kept worker's new pool: its folder there and today's MAKEFLAGS."""
+        now = (self.scratch, settings.makeflags())
+        if now == self._given:
+            return {}
+        self._given = now
+        return {"scratch": now[0], "makeflags": now[1]}
+
+    def descriptors(self) -> set[int]:
+        """The descriptors this process holds for the worker (a parked pool's: `loomcli.runtime.pool`)."""
+        proc, held = self.proc, set()
+        if proc is not None:
+            held |= {proc.stdin.fileno(), proc.stdout.fileno()}
+            if proc.pidfd is not None:
+                held.add(proc.pidfd)
+        if self.stderr is not None:
+            held.add(self.stderr.fileno())
+        return held
 
 
 # ------------------------------------------------- a server started before it is known to be needed

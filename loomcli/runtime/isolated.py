@@ -138,6 +138,7 @@ class Worker:
         self.proc: Any = None  # a subprocess.Popen, or a forked worker's stand-in
         self.stderr: Any = None
         self.lock = threading.Lock()
+        self.calls = 0  # answered by this worker's processes
 
     def start(self) -> None:
         """Start the child now (it warms up while the caller does other work)."""
@@ -193,7 +194,11 @@ class Worker:
         with self.lock:
             proc = self._ensure()
             assert proc.stdin is not None and proc.stdout is not None
-            head = json.dumps({"call": function, "header": header}).encode()
+            request: dict[str, Any] = {"call": function, "header": header}
+            moved = self._moved()
+            if moved:
+                request["context"] = moved
+            head = json.dumps(request).encode()
             try:
                 proc.stdin.write(_FRAME.pack(len(head), len(payload)) + head + payload)
                 proc.stdin.flush()
@@ -208,9 +213,15 @@ class Worker:
             reply = _read_exact(proc.stdout, plen)
             if reply_head is None or reply is None:
                 raise self._crash(proc)
+            self.calls += 1
             if status[0] != 0:
                 raise RemoteError(json.loads(reply_head).get("error", "unknown error"))
             return reply
+
+    def _moved(self) -> dict[str, Any]:
+        """What of the child's context changed since it started (`serve`'s
+        `context` updates): nothing for a worker that lives one pool long."""
+        return {}
 
     @property
     def pid(self) -> int | None:
@@ -300,7 +311,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
     was there before it). A compile builds a module of many objects that
     live until it ends; collected as usual they were scanned again with
     each collection while it ran (a kernel set's Python work: 9.9 ms ->
-    9.2 ms of CPU)."""
+    9.2 ms of CPU).
+
+    A request may move the worker first (`context`, for a pool worker kept
+    from one build to the next, `loomcli.runtime.pool`): `scratch`, its new
+    private folder (made here), and `makeflags`, the MAKEFLAGS its
+    processes see now (null: none)."""
     functions: dict[str, Callable[..., bytes]] = {}
     while True:
         frame = _read_exact(stdin, _FRAME.size)
@@ -315,6 +331,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
         gc.disable()
         try:
             request = json.loads(head)
+            if "context" in request:
+                context = _move(context, request["context"])
             name = request["call"]
             if name not in functions:
                 module, _, attr = name.partition(":")
@@ -329,6 +347,21 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, context: Any = None) -> None:
         stdout.flush()
         gc.collect(1)
         gc.enable()
+
+
+def _move(context: Any, moved: dict[str, Any]) -> Any:
+    """`serve`'s context after a `context` update."""
+    if "makeflags" in moved:
+        if moved["makeflags"] is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = moved["makeflags"]
+    if "scratch" in moved and context is not None:
+        from loomcli.runtime.tasks import WorkerContext
+
+        os.makedirs(moved["scratch"], exist_ok=True)
+        context = WorkerContext(context.ordinal, moved["scratch"])
+    return context
 
 
 def prepare_child(preload: Sequence[str], bound_to_parent: bool = False) -> BinaryIO:

@@ -21,6 +21,20 @@ when there is one). A slot holds a token only while its worker runs a task.
 "cancelled", running workers (and the fork server) are killed, every token
 goes back and every thread and process is joined before `close` returns;
 no orphan remains.
+
+A process that runs command after command (a resident server's child that
+serves again, `loomcli.runtime.template`) keeps its pool's fork server and
+workers from one command to the next instead (`keep_between_commands`):
+a fresh worker copies the pages it writes of its parent's memory on its
+first task (17 ms of a 28 ms task) after the fork server itself was forked
+and warmed (8 ms before the first task). A pool that ends normally parks
+them (at most one worker per usable CPU); the next pool of the
+process takes them if its workers would be the same processes anyway:
+the same preloaded modules, environment (MAKEFLAGS aside), folder and
+umask, and no jobserver pipe to inherit. Each kept worker is moved to the
+new pool's scratch folder and told the MAKEFLAGS of now with its first
+task there (`isolated.serve`'s `context`). A parked pool holds no thread
+and no folder; its processes die with the process that parked them.
 """
 
 from __future__ import annotations
@@ -89,6 +103,13 @@ class WorkerPool:
         # one already started, which the pool now owns) where the platform
         # allows; `fork=False` starts each as its own interpreter.
         use_fork = forkserver.available() if fork is None else fork
+        # What this pool's workers are forked with; a parked pool serves only an identical one.
+        self._origin = _Origin.now(self._preload) if use_fork and server is None and _keeping else None
+        kept = _unpark(self._origin) if self._origin is not None else None
+        if kept is not None:
+            server = kept.server
+            self._origin = kept.origin
+        self._kept: list[forkserver.ForkedWorker] = kept.workers if kept is not None else []
         self._server = server if server is not None else forkserver.ForkServer(self._preload) if use_fork else None
         self._own_gate = gate is None
         self._gate = gate if gate is not None else TokenGate(None, self._jobs)
@@ -152,6 +173,10 @@ class WorkerPool:
                     proc.kill()
         for thread in list(self._threads):
             thread.join()
+        self._workers += self._kept  # kept workers no slot took: they end or are parked again
+        self._kept = []
+        if not cancel and self._park():
+            return
         for worker in self._workers:  # all of them end at once, not one after another
             worker.end_input()
         if self._server is not None:
@@ -161,6 +186,29 @@ class WorkerPool:
         if self._own_gate:
             self._gate.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _park(self) -> bool:
+        """Park the server and the workers still running for this process's
+        next pool (see the module docstring); whether they were."""
+        if self._origin is None or self._server is None or self._server.pid is None:
+            return False
+        kept: list[forkserver.ForkedWorker] = []  # ordinals 0, 1, ...: the first that cannot be kept ends the rest
+        ended: list[Worker] = []
+        for worker in self._workers:
+            if (not ended and isinstance(worker, forkserver.ForkedWorker) and worker.pid is not None
+                    and len(kept) < usable_cpus() and worker.calls < KEPT_WORKER_CALLS):
+                kept.append(worker)
+            else:
+                ended.append(worker)
+        for worker in ended:
+            worker.end_input()
+        for worker in ended:
+            worker.close()
+        if self._own_gate:
+            self._gate.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+        _parked.append(_Parked(self._server, kept, self._origin))
+        return True
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -175,7 +223,10 @@ class WorkerPool:
         ordinal = len(self._workers)
         scratch = os.path.join(self._scratch, f"worker-{ordinal}")
         worker: Worker
-        if self._server is not None:
+        if self._kept:
+            worker = self._kept.pop(0)  # a kept worker of the same ordinal, moved here
+            worker.scratch = scratch
+        elif self._server is not None:
             self._server.start()  # from the submitting thread, which outlives the slot threads
             worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
         else:
@@ -251,6 +302,98 @@ class WorkerPool:
         finally:
             self._gate.release(slot)
         return result
+
+
+# ---------------------------------------------------------------- pools kept between commands
+
+
+# A kept worker ends after this many tasks: LLVM's context keeps every constant
+# and name it was given, so a worker's memory grows a little with each.
+KEPT_WORKER_CALLS = 2000
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """What a pool's workers are forked with, besides MAKEFLAGS (which each
+    kept worker is told again) and their scratch folders (moved)."""
+
+    preload: tuple[str, ...]
+    environ: tuple[tuple[str, str], ...]
+    folder: str
+    umask: int
+
+    @staticmethod
+    def now(preload: tuple[str, ...]) -> _Origin | None:
+        """This process's, or None when its workers must inherit a jobserver pipe."""
+        from loomcli.runtime.spawn import inherited_fds
+
+        if inherited_fds():
+            return None
+        try:
+            folder = os.getcwd()
+        except OSError:
+            return None
+        umask = os.umask(0o022)
+        os.umask(umask)
+        environ = tuple(sorted((k, v) for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")))
+        return _Origin(preload, environ, folder, umask)
+
+    def serves(self, wanted: _Origin) -> bool:
+        return set(wanted.preload) <= set(self.preload) and (self.environ, self.folder, self.umask) == (
+            wanted.environ, wanted.folder, wanted.umask)
+
+
+@dataclass
+class _Parked:
+    server: forkserver.ForkServer
+    workers: list[forkserver.ForkedWorker]
+    origin: _Origin
+
+
+_keeping: list[bool] = []   # this process keeps its pools between commands
+_parked: list[_Parked] = []  # at most one
+
+
+def keep_between_commands() -> None:
+    """Mark this process as one that runs command after command (see the module docstring)."""
+    if not _keeping:
+        _keeping.append(True)
+
+
+def _unpark(wanted: _Origin) -> _Parked | None:
+    """The parked pool, if it serves a pool of `wanted`; one that does not is ended."""
+    if not _parked:
+        return None
+    kept = _parked.pop()
+    if kept.origin.serves(wanted) and kept.server.pid is not None:
+        return kept
+    _end(kept)
+    return None
+
+
+def _end(kept: _Parked) -> None:
+    for worker in kept.workers:
+        worker.end_input()
+    kept.server.close()  # kills and reaps any worker still there
+    for worker in kept.workers:
+        worker.close()
+
+
+def parked_descriptors() -> set[int]:
+    """The descriptors the parked pool holds (a command that leaves only those left none)."""
+    return set().union(*(w.descriptors() for p in _parked for w in p.workers),
+                       *(p.server.descriptors() for p in _parked))
+
+
+def parked_children() -> set[int]:
+    """The pids of this process's children the parked pool holds (its fork server)."""
+    return {pid for p in _parked for pid in [p.server.pid] if pid is not None}
+
+
+def end_parked() -> None:
+    """End the parked pool now (a request wants descriptor numbers it may hold)."""
+    while _parked:
+        _end(_parked.pop())
 
 
 # ---------------------------------------------------------------- the worker

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from loomcli.runtime import served, spawn
+from loomcli.runtime import pool, served, spawn
 from loomcli.runtime.isolated import become_worker, die_with_parent
 
 # Signals the requester may forward to its command; blocked across the fork
@@ -194,6 +194,8 @@ def _fork(request: Callable[[], Request], run: Callable[[list[str]], Any],
             taken = request()
             _become(taken, old, template, reuse[0] if reuse else None)
             found = Settled.now() if reuse is not None and reuse[1](taken.argv) else None
+            if found is not None:
+                pool.keep_between_commands()  # a build's workers serve its next build too
             code = 3
             try:
                 code = run(list(taken.argv))
@@ -229,7 +231,9 @@ class Settled:
     again. What every request sets anew (folder, environment, umask,
     standard streams, argv, the usual signal handlers and mask) is not in
     it; its descriptors, threads, modules and import path, other signal
-    handlers, timers and collector settings are."""
+    handlers, timers and collector settings are. A worker pool a command
+    parked for the next one (`loomcli.runtime.pool`) is not: its
+    descriptors and its fork server are left out."""
 
     descriptors: frozenset[str]
     threads: int
@@ -243,7 +247,8 @@ class Settled:
 
     @staticmethod
     def now() -> Settled:
-        return Settled(frozenset(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task")),
+        parked = {str(fd) for fd in pool.parked_descriptors()}
+        return Settled(frozenset(os.listdir("/proc/self/fd")) - parked, len(os.listdir("/proc/self/task")),
                        tuple(sys.modules), tuple(sys.path),
                        tuple(signal.getsignal(s) for s in _HANDLED), signal.getitimer(signal.ITIMER_REAL),
                        (gc.isenabled(), gc.get_threshold()), sys.getrecursionlimit(), (os.getpgrp(), os.getsid(0)))
@@ -274,7 +279,18 @@ def _settle(request: Request, found: Settled, status: int, control: socket.socke
 
 
 def _has_children() -> bool:
-    """Whether a process this command started still runs or was never reaped."""
+    """Whether a process this command started still runs or was never
+    reaped (a parked pool's fork server aside)."""
+    parked = pool.parked_children()
+    if parked:
+        try:
+            children = set()
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    children |= {int(pid) for pid in f.read().split()}
+        except OSError:  # no way to tell them apart
+            return True
+        return bool(children - parked)
     try:
         os.waitpid(-1, os.WNOHANG)
     except ChildProcessError:
@@ -345,7 +361,9 @@ def _become(request: Request, mask: Any, template: int, control: list[socket.soc
         os.fchdir(request.cwd)
     else:
         os.chdir(request.cwd)
-    _place(request.fds, control)
+    if any(number > 2 for number in request.fds):
+        pool.end_parked()  # a jobserver pipe: it may want the parked pool's numbers, and a kept worker lacks it
+    _place(request.fds, control, pool.parked_descriptors())
     os.umask(request.umask)
     os.environ.clear()
     for name, value in request.environ.items():
@@ -371,17 +389,19 @@ def _become(request: Request, mask: Any, template: int, control: list[socket.soc
     spawn.forks_warm()
 
 
-def _place(fds: Mapping[int, int], control: list[socket.socket] | None) -> None:
+def _place(fds: Mapping[int, int], control: list[socket.socket] | None, parked: set[int]) -> None:
     """Put each descriptor at its number (`fds`: number -> descriptor now)
     and close every other one but the socket in `control` (moved out of the
-    way first if its number is wanted): the template's sockets and every other request's
-    descriptors stay out of this command and what it starts. The template's
-    objects that named the closed ones are never finalized here: the child
-    never returns into its parent's loop and ends with `os._exit`."""
+    way first if its number is wanted) and the `parked` pool's (never
+    wanted: numbers above 2 end the pool first): the template's sockets and
+    every other request's descriptors stay out of this command and what it
+    starts. The template's objects that named the closed ones are never
+    finalized here: the child never returns into its parent's loop and ends
+    with `os._exit`."""
     import fcntl
 
-    above = max([2, *fds]) + 1
-    keep = set()
+    above = max([2, *fds, *parked]) + 1
+    keep = set(parked)
     if control is not None:
         if control[0].fileno() in fds:
             moved_control = fcntl.fcntl(control[0].fileno(), fcntl.F_DUPFD_CLOEXEC, above)

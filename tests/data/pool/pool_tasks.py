@@ -60,3 +60,9 @@ def leave_a_cycle(header, payload, context):
 def cycles_left(header, payload, context):
     """How many of the cycles earlier tasks left are still there."""
     return json.dumps({"left": sum(1 for ref in _LEFT if ref() is not None), "of": len(_LEFT)}).encode()
+
+
+def where(header, payload, context):
+    """Which process runs this task, for which slot, where its scratch folder is and what MAKEFLAGS it sees."""
+    return json.dumps({"pid": os.getpid(), "ordinal": context.ordinal, "scratch": context.scratch,
+                       "made": os.path.isdir(context.scratch), "makeflags": os.environ.get("MAKEFLAGS")}).encode()
