@@ -21,8 +21,9 @@ the anchors come from scripts/install-bench-deps.sh. Bytecode is cached
 
 Beside each wall-clock median is the median CPU time (user + system) of
 the whole process tree: the command's own (`RUSAGE_CHILDREN`) plus, for a
-served one, what its child in the server used (the server's reaped
-children and its live ones, a warm child among them, from /proc). A shared machine disturbs CPU time much less than
+served one, what the server's processes used (every live process below
+it, a warm child and the workers it keeps among them, and those that
+ended, from /proc). A shared machine disturbs CPU time much less than
 wall time; quote both.
 """
 
@@ -63,18 +64,22 @@ def sides(variants: dict[str, Callable[[], Times]]) -> dict[str, Callable[[], Ti
 
 
 def served_cpu() -> float:
-    """CPU seconds the server and its children (the served commands) have
-    used: the ended ones, and those still alive (a warm child waits for its
-    next command)."""
+    """CPU seconds the server and every process below it (the served
+    commands and what they started) have used: each live one's own and
+    that of its children that ended (a warm child waits for its next
+    command, with the workers it keeps for its next build)."""
     ticks = 0
-    for pid in SERVERS:
-        ticks += sum(_times(pid))  # its own (reading requests, checking native ones) and its ended children
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        for child in children:
+    level = list(SERVERS)
+    while level:
+        below = []
+        for pid in level:
             try:
-                ticks += sum(_times(int(child)))
-            except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile (and is counted above next time)
+                ticks += sum(_times(pid))  # its own and its ended children's
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    below += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile (its parent counts it next time)
                 pass
+        level = below
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
