@@ -314,6 +314,18 @@ def test_input_size_is_checked_before_reading(tmp_path: Path) -> None:
     assert r.returncode == 1 and b"/dev/zero: not a regular file (a device)" in r.stderr
 
 
+def test_a_file_is_read_to_its_end_whatever_its_size_said(tmp_path: Path) -> None:
+    """A file is read with one request of its stat size and a byte more; one whose size says
+    less than it holds (procfs says 0) is read on to its end, up to the limit."""
+    small = tmp_path / "k.loom"
+    small.write_bytes(b"x" * 100)
+    assert read_input(str(small)) == b"x" * 100
+    status = read_input("/proc/self/status")
+    assert os.stat("/proc/self/status").st_size == 0 and status.startswith(b"Name:") and status.endswith(b"\n")
+    with pytest.raises(LoomError, match="larger than the 0 MiB limit"):
+        read_input("/proc/self/status", limit=16)
+
+
 LOOP_CASE = """kernel.def @spin(%n: index) {
   %one = index.constant 1 : index
   kernel.launch.config workgroups(%one, %one, %one) workgroup_size(%one, %one, %one) : index

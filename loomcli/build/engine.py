@@ -709,7 +709,7 @@ class _SourceReader:
         if rel not in self.data:
             from loomcli.files import read_file
 
-            self.data[rel] = read_file(self.project.path(rel), shown=self.shown(rel))  # 64 MiB, regular files
+            self.data[rel] = read_file(self.project.path(rel), shown=lambda: self.shown(rel))  # 64 MiB, regular files
             known = self.file_digests.get(rel)
             if known is not None and hashlib.sha256(self.data[rel]).hexdigest() != known:
                 raise LoomError(f"{self.shown(rel)}: changed during the build; build again", 1)
