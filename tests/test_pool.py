@@ -436,6 +436,24 @@ def test_huge_job_counts_are_clamped_to_what_a_jobserver_pipe_holds(style: str) 
     assert server.close() == 0  # every token written was there to take back
 
 
+@pytest.mark.parametrize("target", ["amdgpu:gfx1100", "spirv:vulkan1.3", None])
+def test_the_last_use_of_a_front_end_specializes_its_module_in_place(target: str | None) -> None:
+    """A compile's front end is specialized on a copy of its module, so it can
+    serve another target; its last use (`consume`: a request's only target, a
+    kernel set's last) specializes the module itself into the same result."""
+    from loomcli.pipeline import specialize
+    from loomcli.targets.profiles import parse_target
+    from loomcli.text.printer import print_module
+
+    profile = parse_target(target) if target else None
+    front = front_end(*CompileOptions(input=str(ROOT / "samples" / "matmul.loom")).front_end_inputs())
+    before = print_module(front.module)
+    copied = specialize(front, profile, for_execution=True)
+    assert print_module(front.module) == before and copied.module is not front.module
+    consumed = specialize(front, profile, for_execution=True, consume=True)
+    assert consumed.module is front.module and print_module(consumed.module) == print_module(copied.module)
+
+
 @pytest.mark.parametrize("target,fmt,magic", [("amdgpu:gfx1100", "amdgpu-hsaco", b"\x7fELF"),
                                                ("spirv:vulkan1.3", "spirv-binary", b"\x03\x02\x23\x07")])
 def test_one_request_inline_in_the_pool_and_from_the_cache(tmp_path: Path, target: str, fmt: str,

@@ -101,11 +101,12 @@ def run_kernel_set(header: Header, payload: bytes) -> tuple[bool, list[CompileOu
         return False, [failed]
     front = fronts[0]
 
-    def back_half(target: str, outputs: Outputs) -> CompileOutcome:
-        return outcome_or_failure(lambda: outcome_for(front, parse_target(target), outputs))
+    def back_half(target: str, outputs: Outputs, last: bool) -> CompileOutcome:
+        return outcome_or_failure(lambda: outcome_for(front, parse_target(target), outputs, consume=last))
 
-    return True, [back_half(target, Outputs(fmt, True, True, artifact, launch))
-                  for target, fmt, artifact, launch in header["targets"]]
+    targets = header["targets"]
+    return True, [back_half(target, Outputs(fmt, True, True, artifact, launch), i == len(targets) - 1)
+                  for i, (target, fmt, artifact, launch) in enumerate(targets)]
 
 
 def kernel_set_task(header: Header, payload: bytes, context: WorkerContext) -> bytes:

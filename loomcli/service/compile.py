@@ -46,7 +46,8 @@ def _compile(request: CompileRequest) -> CompileOutcome:
     source = Source(request.module, request.path, files=request.files)
     config = ConfigSources(flags=tuple(f"{k}={v}" for k, v in request.config))
     options = FrontEndOptions(request.roots, config, request.pipeline, request.require_resolved_config)
-    return outcome_for(front_end(Memory((source,), linked=request.linked), options), profile, request.outputs)
+    return outcome_for(front_end(Memory((source,), linked=request.linked), options), profile, request.outputs,
+                       consume=True)
 
 
 def _profile(request: CompileRequest) -> Profile | None:
@@ -62,13 +63,13 @@ def _profile(request: CompileRequest) -> Profile | None:
     return profile
 
 
-def outcome_for(front: FrontEnd, profile: Profile | None, outputs: Outputs) -> CompileOutcome:
+def outcome_for(front: FrontEnd, profile: Profile | None, outputs: Outputs, consume: bool = False) -> CompileOutcome:
     """The back half shared by every producer: specialize a front end's
-    module for `profile`, run its pipeline, write `outputs`. Raises
-    CompileError / LoomError (`compile_request` and callers turn them into
-    outcomes)."""
+    module for `profile` (`consume`: its last use, see `specialize`), run
+    its pipeline, write `outputs`. Raises CompileError / LoomError
+    (`compile_request` and callers turn them into outcomes)."""
     try:
-        made = produce(front, profile, outputs.names, outputs.artifact_name, outputs.launch_config_name)
+        made = produce(front, profile, outputs.names, outputs.artifact_name, outputs.launch_config_name, consume)
     except CompileError as e:
         _on_target(e.diagnostics, profile, front)
         raise
@@ -107,9 +108,10 @@ STAGE = "stage:"
 
 
 def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], artifact_name: str = "",
-            launch_config_name: str = "") -> Produced:
-    """Specialize `front` for `profile` once and write every output in `names`
-    (`OUTPUT_NAMES`, `stage:NAME`); the manifest describes the first target format asked."""
+            launch_config_name: str = "", consume: bool = False) -> Produced:
+    """Specialize `front` for `profile` once (`consume`: its last use, see
+    `specialize`) and write every output in `names` (`OUTPUT_NAMES`,
+    `stage:NAME`); the manifest describes the first target format asked."""
     for name in names:
         if name not in OUTPUT_NAMES and not name.startswith(STAGE):
             raise UsageError(f"unknown output {name}; the outputs: {', '.join(OUTPUT_NAMES)}, stage:NAME")
@@ -117,7 +119,7 @@ def produce(front: FrontEnd, profile: Profile | None, names: Sequence[str], arti
     if profile is None and executable:
         raise UsageError("target artifacts and launch configs need a target")
     # Artifacts and launch configs need every reachable config.get bound (17.22).
-    compiled = specialize(front, profile, for_execution=executable)
+    compiled = specialize(front, profile, for_execution=executable, consume=consume)
     selections = tuple(d.describe() for d in compiled.decisions)
     # TARGET checks once, for every output.
     emission = Emission(compiled.module, profile) if profile is not None else None
