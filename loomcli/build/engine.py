@@ -32,6 +32,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loomcli import settings
@@ -168,6 +169,9 @@ class Build:
                          for c in project.commands for t in targets]
         self.cache: Cache | None = None
         self._pending: dict[Future[TaskResult], list[Item]] = {}
+        # Each pending task's future once it is done: waiting on all of them
+        # at every collection (`concurrent.futures.wait`) was quadratic.
+        self._finished: SimpleQueue[Future[TaskResult]] = SimpleQueue()
 
     def _folder(self, target: str) -> str:
         return os.path.join(self.out_dir, target.replace(":", "-"))
@@ -304,16 +308,22 @@ class Build:
                     self._failed(item, _exit_code(e.outcome))
                 continue
             label = f"{ks.name} {','.join(i.target for i in misses)}"
-            self._pending[session.sink.submit(Task(TASK_FUNCTION, header, payload, label))] = misses
+            future = session.sink.submit(Task(TASK_FUNCTION, header, payload, label))
+            self._pending[future] = misses
+            future.add_done_callback(self._finished.put)
             self._collect(block=False)
 
     def _collect(self, block: bool) -> None:
         """Publish what has completed (waiting for the first when `block`)."""
-        from concurrent.futures import FIRST_COMPLETED, wait
-
         if not self._pending:
             return
-        done, _ = wait(list(self._pending), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        done = []
+        try:
+            done.append(self._finished.get(block))
+            while True:
+                done.append(self._finished.get_nowait())
+        except Empty:
+            pass
         for future in sorted(done, key=lambda f: self._pending[f][0].label):
             self._kernel_set_done(self._pending.pop(future), future.result())
 
