@@ -116,6 +116,33 @@ def test_the_sample_project(tmp_path: Path, fresh_cache: Path) -> None:
     assert (project / "dist" / "demo-0.1.0.loompkg.tar.gz").exists()
 
 
+@pytest.mark.parametrize("where", [".", "a", "a/proj", "a/proj/k", "a/proj/k/sub", "b"])
+@pytest.mark.parametrize("named", ["absolute", "relative", "trailing slash"])
+def test_sources_are_shown_as_display_path_shows_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      where: str, named: str) -> None:
+    """A build names each source (in messages, and to its workers) by the project folder's
+    display path and the source's path in the project, made once; from a folder inside the
+    project, file by file. Either way what `display_path` says."""
+    from loomcli.build.engine import _SourceReader
+    from loomcli.build.project import load_project
+    from loomcli.files import display_path
+
+    project = tmp_path / "a" / "proj"
+    (project / "k" / "sub").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    (project / "loom.toml").write_text('[project]\nname = "p"\nversion = "1"\n[build]\ntargets = ["spirv:vulkan1.3"]\n'
+                                       '[[kernels]]\nname = "s"\nsrcs = ["k/**/*.loom"]\n')
+    for rel in ("k/x.loom", "k/sub/y.loom"):
+        (project / rel).write_text("")
+    monkeypatch.chdir(tmp_path / where)
+    given = {"absolute": str(project), "relative": os.path.relpath(project),
+             "trailing slash": str(project) + "/"}[named]
+    loaded = load_project(given, None, None)
+    reader = _SourceReader(loaded)
+    assert [reader.shown(rel) for rel in loaded.kernels[0].srcs] == \
+        [display_path(loaded.path(rel)) for rel in loaded.kernels[0].srcs] and loaded.kernels[0].srcs
+
+
 def test_incremental_builds(tmp_path: Path, fresh_cache: Path) -> None:
     project = make_project(tmp_path / "p", sets=2)
     out = project / "build" / "loom" / "spirv-vulkan1.3"

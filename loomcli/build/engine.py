@@ -649,6 +649,7 @@ class _SourceReader:
         self.digests: dict[str, str] = {}
         self.compiler_record: list[str] | None = None
         self.code_stamps: list[tuple[str, list[int]]] | None = None   # loom's code, as the key saw it
+        self._root_shown: str | None = None  # the project folder's display path ("": shown file by file)
 
     def compiler(self) -> tuple[str, str]:
         """(loom's code fingerprint, LLVM's version), from the recorded
@@ -733,9 +734,20 @@ class _SourceReader:
         return doc
 
     def shown(self, rel: str) -> str:
+        """`display_path` of the project file `rel` (a normalized path
+        inside the project): the project folder's, made once, and `rel`,
+        unless the working folder is inside the project (then a file may be
+        shown relative to it)."""
         from loomcli.files import display_path  # not loomcli.frontend: a no-op build imports no IR
 
-        return display_path(self.project.path(rel))
+        if self._root_shown is None:
+            root = display_path(self.project.root)
+            absolute = os.path.abspath(self.project.root)
+            inside = os.path.isabs(root) and (os.getcwd() + os.sep).startswith(absolute.rstrip(os.sep) + os.sep)
+            self._root_shown = "" if inside or root == "/" else root
+        if not self._root_shown:
+            return display_path(self.project.path(rel))
+        return rel if self._root_shown == "." else f"{self._root_shown}/{rel}"
 
 
 def _source_key(project: Project, ks: KernelSet, target: str, sources: _SourceReader) -> str:
