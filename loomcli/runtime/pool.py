@@ -224,8 +224,9 @@ class WorkerPool:
         scratch = os.path.join(self._scratch, f"worker-{ordinal}")
         worker: Worker
         if self._kept:
-            worker = self._kept.pop(0)  # a kept worker of the same ordinal, moved here
+            worker = self._kept.pop(0)  # a kept worker of the same ordinal, moved here with its next task
             worker.scratch = scratch
+            os.makedirs(scratch, exist_ok=True)  # as a fresh worker does: its old one's name may come again
         elif self._server is not None:
             self._server.start()  # from the submitting thread, which outlives the slot threads
             worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
@@ -333,14 +334,29 @@ class _Origin:
             folder = os.getcwd()
         except OSError:
             return None
-        umask = os.umask(0o022)
-        os.umask(umask)
+        umask = _umask()
         environ = tuple(sorted((k, v) for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")))
         return _Origin(preload, environ, folder, umask)
 
     def serves(self, wanted: _Origin) -> bool:
         return set(wanted.preload) <= set(self.preload) and (self.environ, self.folder, self.umask) == (
             wanted.environ, wanted.folder, wanted.umask)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (a thread creating a
+    file meanwhile would get the value set); where Linux does not say, set
+    and restored."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @dataclass
