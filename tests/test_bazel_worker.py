@@ -87,6 +87,46 @@ def worker_logs(output_base: Path) -> list[str]:
     return sorted(p.name for p in (output_base / "bazel-workers").glob("*.log"))
 
 
+def build_killing_the_worker(bazel: Workspace, flags: list[str], held: Path) -> tuple[int, str]:
+    """A clean build with workers whose first held compile's worker is killed: (its pid, Bazel's
+    stderr); the build must fail. Bazel's multiplexer now and then never answers the requests of a
+    worker that died (bazelbuild/bazel#10288, #25076: the build waits forever with the worker and all
+    it started gone); such a build is ended (its server killed) and run once more."""
+    output_base = bazel.info("output_base")
+    for attempt in (1, 2):
+        for path in held.iterdir():
+            path.unlink()
+        bazel.run("clean")
+        argv, env = bazel.bazel.command([*bazel.startup, "build", *bazel.flags, *flags, "--keep_going", "//..."],
+                                        bazel.examples, bazel.env)
+        build = subprocess.Popen(argv, cwd=bazel.examples, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        deadline = time.monotonic() + 600
+        while not (held / "held").exists():
+            assert build.poll() is None and time.monotonic() < deadline, build.communicate()[1][-4000:]
+            time.sleep(0.05)
+        killed = int((held / "held").read_text())
+        os.kill(killed, signal.SIGKILL)
+        try:
+            _, err = build.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            assert attempt == 1 and not alive(killed), "Bazel waited for a killed worker twice"
+            os.kill(int((output_base / "server" / "server.pid.txt").read_text()), signal.SIGKILL)
+            build.communicate(timeout=300)
+            continue
+        assert build.returncode != 0, err[-3000:]
+        return killed, err
+    raise AssertionError("unreachable")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.parametrize(("version", "form"), [("4.2.3", "workspace"), ("7.7.1", "bzlmod")])
 def test_workers_give_the_unworked_bytes_and_survive_a_killed_worker(bazels: Bazels, tmp_path: Path,
                                                                      version: str, form: str) -> None:
@@ -105,19 +145,7 @@ def test_workers_give_the_unworked_bytes_and_survive_a_killed_worker(bazels: Baz
         assert not list(held.glob("ran-*"))
 
         # With workers; the worker is killed while it compiles: its actions fail, and only those.
-        bazel.run("clean")
-        argv, env = bazel.bazel.command([*bazel.startup, "build", *bazel.flags, *on, "--keep_going", "//..."],
-                                        bazel.examples, bazel.env)
-        build = subprocess.Popen(argv, cwd=bazel.examples, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)
-        deadline = time.monotonic() + 600
-        while not (held / "held").exists():
-            assert build.poll() is None and time.monotonic() < deadline, build.communicate()[1][-4000:]
-            time.sleep(0.05)
-        killed = int((held / "held").read_text())
-        os.kill(killed, signal.SIGKILL)
-        _, err = build.communicate(timeout=900)
-        assert build.returncode != 0
+        killed, err = build_killing_the_worker(bazel, on, held)
         assert "WorkResponse" in err or "Worker process" in err, err[-3000:]
 
         # The next build reruns what failed in a worker Bazel started anew, with the bytes of the build without.
