@@ -424,8 +424,18 @@ def test_msgpack_decoder() -> None:
     assert unpackb(b"\xcd\x01\x00") == 256 and unpackb(b"\xd0\xff") == -1 and unpackb(b"\xe0") == -32
     assert unpackb(b"\xd9\x03abc") == "abc" and unpackb(b"\xc4\x02\x00\x01") == b"\x00\x01"
     assert unpackb(b"\xde\x00\x01\xa1k\xdc\x00\x01\x07") == {"k": [7]}
-    for bad in (b"\x92\x01", b"\xd9\x05ab", b"\xc1", b"\x01\x02"):
-        with pytest.raises(ValueError):
+    assert unpackb(b"\x82\x01\xa1x\xd9\x01y\xc0") == {1: "x", "y": None}  # keys of any kind, short or long
+    assert unpackb(b"\xd4\x05\x09") == (5, b"\x09") and unpackb(b"\xc7\x02\xfeab") == (-2, b"ab")
+    deepest: object = 0
+    for _ in range(64):
+        deepest = [deepest]
+    assert unpackb(b"\x91" * 64 + b"\x00") == deepest  # 64 levels deep is the most
+    for bad, message in ((b"\x92\x01", "truncated at byte 2"), (b"\xd9\x05ab", "truncated at byte 2"),
+                         (b"\xc1", "unknown type byte 0xc1 at 0"), (b"\x01\x02", "1 trailing bytes"),
+                         (b"\x81\xa3ab", "truncated at byte 2"), (b"\x81\x91\x01\x02", "unhashable map key"),
+                         (b"\x91" * 65 + b"\x00", "nesting too deep"),
+                         (b"\x81\xa1k" * 65 + b"\x00", "nesting too deep")):
+        with pytest.raises(ValueError, match=message):
             unpackb(bad)
 
 
