@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from bazel_harness import ROOT, Bazels, Workspace, loom_spawns, outputs, read_execution_log
 from task_hooks import worker_compile_hook
+from test_pool import alive
 
 # Bazel version -> (the flags that turn workers on, the flags that turn them off).
 WORKER_FLAGS = {
@@ -117,14 +118,6 @@ def build_killing_the_worker(bazel: Workspace, flags: list[str], held: Path) -> 
         assert build.returncode != 0, err[-3000:]
         return killed, err
     raise AssertionError("unreachable")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize(("version", "form"), [("4.2.3", "workspace"), ("7.7.1", "bzlmod")])

@@ -187,7 +187,8 @@ class ForkServer:
     @property
     def pid(self) -> int | None:
         """The running server's pid."""
-        return self._proc.pid if self._alive() else None  # type: ignore[union-attr]
+        proc = self._proc
+        return proc.pid if proc is not None and self._alive() else None
 
     def descriptors(self) -> set[int]:
         """The descriptors this process holds for the server (a parked pool's: `loomcli.runtime.pool`)."""
