@@ -114,6 +114,30 @@ def test_variadic_group_between_fixed_names() -> None:
     assert pack.span(pack.results, "total", 3) == slice(0, 1) and pack.span(pack.results, "offsets", 3) == slice(1, 3)
 
 
+def test_single_value_accessors_agree_with_the_declared_spans() -> None:
+    """`operand(name)` and `result(name)` read a fixed name's position from a
+    table made once per op row; for every row, every fixed name and operand
+    counts from one short of the fixed names to a few past them, they answer
+    what `span` answers (a KeyError where it finds no single value)."""
+    checked = 0
+    for d in OPS.values():
+        for names, accessor in ((d.operands, "operand"), (d.results, "result")):
+            fixed = [n for n in names if not n.startswith("*") and n not in d.segments]
+            for count in range(max(0, len(names) - 1), len(names) + 3):
+                op = Operation(d, [], [])
+                values = op.operands if accessor == "operand" else op.results
+                values.extend(f"v{i}" for i in range(count))  # stand-ins: only positions matter
+                for name in fixed:
+                    group = values[d.span(names, name, count)]
+                    if len(group) == 1:
+                        assert getattr(op, accessor)(name) == group[0], (d.name, name, count)
+                    else:
+                        with pytest.raises(KeyError):
+                            getattr(op, accessor)(name)
+                    checked += 1
+    assert checked > 500
+
+
 def test_op_tables_refuse_names_that_are_not_ops_and_second_entries() -> None:
     from loomcli.ir.ops import OpTable
 

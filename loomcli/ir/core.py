@@ -281,10 +281,17 @@ class Operation:
 
     def operand(self, name: str) -> Value:
         """The one operand declared as `name`."""
-        group = self.operand_group(name)
-        if len(group) != 1:
+        at = self.opdef.operand_at.get(name)
+        if at is None:  # a group, a segment, or no such name
+            group = self.operand_group(name)
+            if len(group) != 1:
+                raise KeyError(f"{self.name} has no single operand `{name}`")
+            return group[0]
+        operands = self.operands
+        i = at if at >= 0 else len(operands) + at
+        if not 0 <= i < len(operands):
             raise KeyError(f"{self.name} has no single operand `{name}`")
-        return group[0]
+        return operands[i]
 
     def result_group(self, name: str) -> list[OpResult]:
         where = self.opdef.span(self.opdef.results, name, len(self.results))
@@ -294,10 +301,17 @@ class Operation:
 
     def result(self, name: str = "result") -> OpResult:
         """The one result declared as `name` (most ops name theirs `result`)."""
-        group = self.result_group(name)
-        if len(group) != 1:
+        at = self.opdef.result_at.get(name)
+        if at is None:
+            group = self.result_group(name)
+            if len(group) != 1:
+                raise KeyError(f"{self.name} has no single result `{name}`")
+            return group[0]
+        results = self.results
+        i = at if at >= 0 else len(results) + at
+        if not 0 <= i < len(results):
             raise KeyError(f"{self.name} has no single result `{name}`")
-        return group[0]
+        return results[i]
 
     def region(self, name: str) -> Region:
         names = self.opdef.region_names

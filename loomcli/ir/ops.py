@@ -152,6 +152,11 @@ class OpDef:
     results: tuple[str, ...] = ()
     region_names: tuple[str, ...] = ()
     attributes: frozenset[str] = field(init=False, default=frozenset())
+    # Where each fixed name of `operands` / `results` sits: its index, or
+    # (after a variadic group) its index from the end, negative. Passes ask
+    # `op.operand(name)` of most ops they visit; this answers without a scan.
+    operand_at: dict[str, int] = field(init=False, repr=False, default_factory=dict)
+    result_at: dict[str, int] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.operand_keywords = tuple(d.word for d in self.format if isinstance(d, KwParen) and d.inner == "operand")
@@ -160,6 +165,8 @@ class OpDef:
         for names in (self.operands, self.results):
             assert sum(n.startswith("*") for n in names) <= 1, (self.name, names)
         assert not self.region_names or len(self.region_names) == len(self.regions), self.name
+        self.operand_at = _fixed_positions(self.operands, self.segments)
+        self.result_at = _fixed_positions(self.results, ())
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
@@ -176,6 +183,19 @@ class OpDef:
             start = count - (len(names) - at) if after_variadic else at
             return slice(start, start + 1)
         return None
+
+
+def _fixed_positions(names: tuple[str, ...], groups: tuple[str, ...]) -> dict[str, int]:
+    """`OpDef.operand_at` / `.result_at` for `names`; `groups` (segment
+    attributes) are groups whatever `names` says."""
+    at: dict[str, int] = {}
+    variadic = False
+    for i, name in enumerate(names):
+        if name.startswith("*"):
+            variadic = True
+        elif name not in groups:
+            at[name] = i - len(names) if variadic else i
+    return at
 
 
 OPS: dict[str, OpDef] = {}
