@@ -28,10 +28,15 @@ def remap_type(t: Type, mapping: Mapping[Value, Value]) -> Type:
     return t
 
 
+_SCALARS = frozenset((str, int, bool, float, type(None)))
+
+
 def remap_attr(v: Any, mapping: dict[Value, Value]) -> Any:
     """An attribute value with the SSA values it names mapped; signatures get
     fresh local names (their region arguments are mapped already), which
     `mapping` records."""
+    if type(v) in _SCALARS:  # most attributes: answered before the isinstance chain
+        return v
     if isinstance(v, Signature):
         args = [_clone_local(a, mapping) for a in v.args]
         where = None if v.where is None else [remap_attr(p, mapping) for p in v.where]

@@ -65,6 +65,8 @@ def stamp_file(op: Operation, file: str) -> None:
             for a in region.args:
                 a.loc = _stamp(a.loc, file)
         for value in inner._attrs.values():
+            if not isinstance(value, _MAY_HOLD_PREDS):  # most are scalars: no generator for them
+                continue
             for pred in _preds(value):
                 pred.loc = _stamp(pred.loc, file)
                 if pred.arg_locs is not None:
@@ -72,6 +74,8 @@ def stamp_file(op: Operation, file: str) -> None:
 
 
 def _preds(value: Any) -> Iterator[Pred]:
+    """The predicates in an attribute value (`_MAY_HOLD_PREDS` are the only
+    kinds that hold any)."""
     if isinstance(value, Pred):
         yield value
     elif isinstance(value, (list, tuple)):
@@ -147,6 +151,10 @@ class Signature:
     @property
     def arg_types(self) -> list[Type]:
         return [a.type for a in self.args]
+
+
+# The attribute values `_preds` looks into (it finds nothing in any other).
+_MAY_HOLD_PREDS = (Pred, list, tuple, Signature)
 
 
 class Region:

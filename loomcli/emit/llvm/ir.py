@@ -15,6 +15,7 @@ worker), and it builds and prints several times slower than these few forms.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -413,7 +414,8 @@ def _is_identifier(name: str) -> bool:
 
 
 MAX_NAME_HINT = 64
-_NAME_CHARS = frozenset("_.$-")
+# What may stand in an LLVM local name as we write them: the rest becomes `_`.
+_NOT_NAME_CHAR = re.compile(r"[^A-Za-z0-9_.$-]")
 
 
 class PendingBranch:
@@ -465,8 +467,7 @@ class FunctionBuilder:
     def fresh(self, hint: str = "t") -> str:
         # Loom names are only hints: kept short, since LLVM cuts local names
         # past 1024 characters and two long names would then collide.
-        base = "".join(c if (c.isascii() and c.isalnum()) or c in _NAME_CHARS else "_"
-                       for c in hint[:MAX_NAME_HINT]) or "t"
+        base = _NOT_NAME_CHAR.sub("_", hint[:MAX_NAME_HINT]) or "t"
         if base[0].isdigit():
             base = "v" + base
         # The first free of `base`, `base.1`, `base.2`, ...: names are never
