@@ -9,7 +9,7 @@ comments attached to it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from loomcli.ir.attrs import Pred
@@ -289,17 +289,7 @@ class Operation:
 
     def operand(self, name: str) -> Value:
         """The one operand declared as `name`."""
-        at = self.opdef.operand_at.get(name)
-        if at is None:  # a group, a segment, or no such name
-            group = self.operand_group(name)
-            if len(group) != 1:
-                raise KeyError(f"{self.name} has no single operand `{name}`")
-            return group[0]
-        operands = self.operands
-        i = at if at >= 0 else len(operands) + at
-        if not 0 <= i < len(operands):
-            raise KeyError(f"{self.name} has no single operand `{name}`")
-        return operands[i]
+        return self._single(self.operands, self.opdef.operand_at.get(name), self.operand_group, "operand", name)
 
     def result_group(self, name: str) -> list[OpResult]:
         where = self.opdef.span(self.opdef.results, name, len(self.results))
@@ -309,17 +299,22 @@ class Operation:
 
     def result(self, name: str = "result") -> OpResult:
         """The one result declared as `name` (most ops name theirs `result`)."""
-        at = self.opdef.result_at.get(name)
+        return self._single(self.results, self.opdef.result_at.get(name), self.result_group, "result", name)
+
+    def _single(self, values: list[Any], at: int | None, group_of: Callable[[str], list[Any]], kind: str,
+                name: str) -> Any:
+        """The value at a fixed name's position `at` (`OpDef.operand_at`), or
+        for a name without one the only value of its group (`group_of` raises
+        for a name the row lacks)."""
         if at is None:
-            group = self.result_group(name)
-            if len(group) != 1:
-                raise KeyError(f"{self.name} has no single result `{name}`")
-            return group[0]
-        results = self.results
-        i = at if at >= 0 else len(results) + at
-        if not 0 <= i < len(results):
-            raise KeyError(f"{self.name} has no single result `{name}`")
-        return results[i]
+            group = group_of(name)
+            if len(group) == 1:
+                return group[0]
+        else:
+            i = at if at >= 0 else len(values) + at
+            if 0 <= i < len(values):
+                return values[i]
+        raise KeyError(f"{self.name} has no single {kind} `{name}`")
 
     def region(self, name: str) -> Region:
         names = self.opdef.region_names
