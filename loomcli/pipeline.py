@@ -193,16 +193,13 @@ def specialize(front: FrontEnd, profile: Profile | None, for_execution: bool = F
     `config.get` is CONFIG/003 before selection or the pipeline can hide it."""
     from dataclasses import replace
 
-    from loomcli.ir.clone import clone_op
+    from loomcli.ir.clone import clone_module
     from loomcli.passes.pipeline import Pipeline, parse_pipeline
     from loomcli.passes.registry import PassContext
     from loomcli.passes.specialize import SelectTemplates
 
     with gc_paused():
-        module = front.module if consume else Module(front.module.path)
-        if not consume:
-            for op in front.module.ops:
-                module.body.append(clone_op(op))
+        module = front.module if consume else clone_module(front.module)
         steps = parse_pipeline(SPECIALIZE_FOR_TARGET if profile is not None else SPECIALIZE_WITHOUT_TARGET)
         if for_execution:
             steps = Pipeline(tuple(replace(p, require_resolved=True) if isinstance(p, SelectTemplates) else p
