@@ -289,7 +289,7 @@ class ForkedWorker(Worker):
         self.server = server
         self.ordinal = ordinal
         self.scratch = scratch  # the folder of this worker's pool (a kept worker moves with it)
-        self._given: tuple[str, str | None] = ("", None)  # (scratch, MAKEFLAGS) its process has
+        self._given: tuple[str, str | None] | None = None  # (scratch, MAKEFLAGS) its process has
 
     def _spawn(self) -> Any:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
@@ -306,6 +306,13 @@ class ForkedWorker(Worker):
             os.close(reply_w)
         self._given = (self.scratch, settings.makeflags())
         return ForkedProcess(self.server, pid, generation, request_w, reply_r)
+
+    def move_to(self, scratch: str) -> None:
+        """A kept worker joins a new pool: its next task tells it `scratch`
+        (which it makes, as a fresh worker makes its own) and the MAKEFLAGS
+        of now, even where they are the names it had."""
+        self.scratch = scratch
+        self._given = None
 
     def _moved(self) -> dict[str, Any]:
         """A kept worker's new pool: its folder there and today's MAKEFLAGS."""

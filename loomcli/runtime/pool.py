@@ -225,8 +225,7 @@ class WorkerPool:
         worker: Worker
         if self._kept:
             worker = self._kept.pop(0)  # a kept worker of the same ordinal, moved here with its next task
-            worker.scratch = scratch
-            os.makedirs(scratch, exist_ok=True)  # as a fresh worker does: its old one's name may come again
+            worker.move_to(scratch)
         elif self._server is not None:
             self._server.start()  # from the submitting thread, which outlives the slot threads
             worker = forkserver.ForkedWorker(self._server, ordinal, scratch)
