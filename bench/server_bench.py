@@ -135,7 +135,11 @@ def main() -> None:
     import compileall
 
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    compileall.compile_dir(str(ROOT / "loomcli"), quiet=1)
+    if not compileall.compile_dir(str(ROOT / "loomcli"), quiet=1):
+        raise SystemExit("compileall failed")
+    # A __pycache__ folder it just made changed its folder's stamp: loom trusts no stamp younger than two
+    # seconds, so the server could not be named yet (`loomcli.service.fingerprint.RACY_MARGIN_NS`).
+    time.sleep(2.1)
     for tool in ("clang-19", "glslc", "cmake", "ninja"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is missing: scripts/install-bench-deps.sh installs it")
